@@ -1,0 +1,133 @@
+"""The one seam between callers (gateway, voice) and models.
+
+Every model, embedded or remote, is reached through ``Backend.stream``. The request and
+the deltas are plain dataclasses so the gateway never sees engine or HTTP-client types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+
+@dataclass(slots=True)
+class SamplingOptions:
+    """Sampling knobs as the OpenAI API (plus vLLM's widely used extras) names them."""
+
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logprobs: bool = False
+    top_logprobs: int = 0
+    n: int = 1
+    min_tokens: int = 0
+    ignore_eos: bool = False
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    """What a caller asks a backend for: a chat (``messages``) or a completion (``prompt``)."""
+
+    request_id: str
+    model: str
+    kind: Literal["chat", "completion"]
+    options: SamplingOptions
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | list[int] | None = None
+    # The original JSON body, so an HTTP upstream can receive fields we do not model.
+    raw: dict[str, Any] = field(default_factory=dict)
+    # Absolute deadline (time.monotonic()) or None.
+    deadline: float | None = None
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top: list[tuple[str, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(slots=True)
+class Delta:
+    """One increment of one choice: new text (possibly empty), why it ended, usage at the end."""
+
+    index: int = 0
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: str | None = None
+    # Set on the last delta of the whole request (after every choice finished).
+    usage: Usage | None = None
+
+
+@dataclass(slots=True)
+class Health:
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class Load:
+    """What routing reads: live queue depth and recent latency (EWMA, milliseconds)."""
+
+    running: int = 0
+    waiting: int = 0
+    ttft_ms_ewma: float | None = None
+    itl_ms_ewma: float | None = None
+    kv_usage: float | None = None
+    prefix_cache_hit_rate: float | None = None
+
+
+@dataclass(slots=True)
+class ModelCard:
+    id: str
+    owned_by: str = "blink"
+    max_model_len: int | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A model server: the embedded engine, an OpenAI-compatible upstream, or a pool."""
+
+    name: str
+
+    def models(self) -> list[ModelCard]:
+        """Model ids this backend serves."""
+        ...
+
+    def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        """Yield deltas as they are produced. Raise ``BlinkError`` before the first delta
+        for request errors (context length, bad params). Closing the iterator early (client
+        disconnect) must abort the generation and release its resources."""
+        ...
+
+    async def health(self) -> Health: ...
+
+    def load(self) -> Load: ...
+
+    async def start(self) -> None:
+        """Start background resources (processes, connection pools); idempotent."""
+        ...
+
+    async def aclose(self) -> None: ...

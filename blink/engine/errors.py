@@ -1,0 +1,27 @@
+"""Engine errors. The engine never imports the protocol layer; backends map these."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base class for everything the engine raises on purpose."""
+
+
+class InvalidParameterError(EngineError, ValueError):
+    """A sampling parameter or request field is out of range; ``param`` names it."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class PromptTooLongError(InvalidParameterError):
+    """Prompt (+ requested tokens) exceeds the model's context length."""
+
+
+class UnsupportedModelError(EngineError):
+    """The checkpoint's architecture is not in the registry."""
+
+
+class EngineDeadError(EngineError):
+    """The engine-core process died; every in-flight request fails with this."""

@@ -1,0 +1,1 @@
+"""Wire types and errors: OpenAI schemas and BlinkError. No logic lives here."""
