@@ -1,0 +1,280 @@
+"""The embedded engine as a ``Backend``: the only module outside the engine that imports it.
+
+Maps ``GenerationRequest`` to engine requests (chat template, sampling parameters, n
+choices) and engine outputs back to ``Delta``s; engine errors become ``BlinkError``s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from blink.backends.base import (
+    Delta,
+    GenerationRequest,
+    Health,
+    Load,
+    ModelCard,
+    SamplingOptions,
+    TokenLogprob,
+    Usage,
+)
+from blink.engine.async_engine import AsyncEngine, default_threads
+from blink.engine.config import EngineConfig
+from blink.engine.errors import (
+    EngineDeadError,
+    EngineError,
+    InvalidParameterError,
+    ModelNotAvailableError,
+    PromptTooLongError,
+)
+from blink.engine.outputs import RequestOutput
+from blink.engine.sampling_params import SamplingParams
+from blink.protocol.errors import (
+    BackendUnavailableError,
+    BlinkError,
+    ContextLengthExceededError,
+    InvalidRequestError,
+)
+
+log = logging.getLogger("blink.backends.embedded")
+
+# EWMA weight for the latency figures routing reads: ~the last 10 requests dominate.
+_EWMA_ALPHA = 0.2
+
+
+class EmbeddedBackend:
+    """One model served by Blink's own engine in a separate engine-core process."""
+
+    def __init__(
+        self,
+        name: str,
+        config: EngineConfig,
+        *,
+        fallback_model: Callable[[], Path] | None = None,
+    ) -> None:
+        self.name = name
+        self.engine = AsyncEngine(config)
+        self._fallback_model = fallback_model
+        self._ttft_ewma: float | None = None
+        self._itl_ewma: float | None = None
+        self.is_demo_model = False
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        try:
+            await self.engine.start()
+        except ModelNotAvailableError as exc:
+            if self._fallback_model is None:
+                raise
+            loop = asyncio.get_running_loop()
+            path = await loop.run_in_executor(None, self._fallback_model)
+            log.warning("model %s is not available offline (%s); serving the built-in tiny DEMO model "
+                        "(random weights) from %s", self.engine.config.model, exc, path)
+            print(f"blink: {self.engine.config.model!r} cannot be downloaded and is not cached; "
+                  f"serving the built-in tiny demo model (random weights, gibberish output) instead.",
+                  flush=True)
+            self.engine.config.model = str(path)
+            self.is_demo_model = True
+            await self.engine.start()
+
+    async def aclose(self) -> None:
+        await self.engine.shutdown()
+
+    def models(self) -> list[ModelCard]:
+        limits = self.engine.limits
+        return [ModelCard(id=self.name, owned_by="blink-demo" if self.is_demo_model else "blink",
+                          max_model_len=limits.max_model_len if limits else None)]
+
+    async def health(self) -> Health:
+        if self.engine.is_alive():
+            return Health(ok=True, detail="demo model" if self.is_demo_model else "")
+        return Health(ok=False, detail="engine not running")
+
+    def load(self) -> Load:
+        st = self.engine.stats
+        return Load(
+            running=st.num_running,
+            waiting=st.num_waiting,
+            ttft_ms_ewma=self._ttft_ewma,
+            itl_ms_ewma=self._itl_ewma,
+            kv_usage=st.kv_usage,
+            prefix_cache_hit_rate=st.prefix_cache_hit_rate,
+        )
+
+    # -- generation -------------------------------------------------------------------------
+
+    def _prompt_ids(self, req: GenerationRequest) -> list[int]:
+        try:
+            if req.kind == "chat":
+                return self.engine.encode_chat(req.messages or [])
+            if isinstance(req.prompt, list):
+                return list(req.prompt)
+            return self.engine.encode_prompt(req.prompt or "")
+        except InvalidParameterError as exc:
+            raise InvalidRequestError(str(exc), param=exc.param or "messages") from exc
+        except EngineError as exc:
+            raise BackendUnavailableError(str(exc)) from exc
+        except Exception as exc:  # a chat template that rejects the conversation
+            raise InvalidRequestError(f"The messages could not be formatted for this model: {exc}",
+                                      param="messages") from exc
+
+    def _params(self, o: SamplingOptions, prompt_len: int, index: int) -> SamplingParams:
+        limits = self.engine.limits
+        max_tokens = o.max_tokens
+        if max_tokens is None and limits is not None:
+            max_tokens = max(1, limits.max_model_len - prompt_len)
+        seed = None if o.seed is None else o.seed + index
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=o.temperature,
+            top_p=o.top_p,
+            top_k=o.top_k,
+            min_p=o.min_p,
+            seed=seed,
+            stop=list(o.stop),
+            stop_token_ids=list(o.stop_token_ids),
+            presence_penalty=o.presence_penalty,
+            frequency_penalty=o.frequency_penalty,
+            repetition_penalty=o.repetition_penalty,
+            logprobs=o.top_logprobs if o.logprobs else None,
+            min_tokens=o.min_tokens,
+            ignore_eos=o.ignore_eos,
+        )
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        prompt = self._prompt_ids(req)
+        n = max(1, req.options.n)
+        params = [self._params(req.options, len(prompt), i) for i in range(n)]
+        try:
+            for p in params:
+                self.engine.check(prompt, p)
+        except PromptTooLongError as exc:
+            raise ContextLengthExceededError(str(exc), param=exc.param) from exc
+        except InvalidParameterError as exc:
+            raise InvalidRequestError(str(exc), param=exc.param) from exc
+        except EngineDeadError as exc:
+            raise BackendUnavailableError(str(exc)) from exc
+        start = time.monotonic()
+        usage = Usage(prompt_tokens=len(prompt))
+        if n == 1:
+            source = self._one(req.request_id, prompt, params[0], 0)
+        else:
+            source = self._merge([self._one(f"{req.request_id}-{i}", prompt, p, i) for i, p in enumerate(params)])
+        first_at: float | None = None
+        last_at = start
+        tokens = 0
+        remaining = n
+        try:
+            async for index, out in source:
+                now = time.monotonic()
+                if first_at is None:
+                    first_at = now
+                    self._ttft_ewma = _ewma(self._ttft_ewma, (now - start) * 1000)
+                elif out.new_token_ids:
+                    self._itl_ewma = _ewma(self._itl_ewma, (now - last_at) * 1000 / len(out.new_token_ids))
+                last_at = now
+                tokens += len(out.new_token_ids)
+                delta = Delta(index=index, text=out.text, token_ids=out.new_token_ids,
+                              logprobs=self._logprobs(out) if out.logprobs else None,
+                              finish_reason=out.finish_reason if out.finished else None)
+                if out.finished:
+                    remaining -= 1
+                    usage.cached_tokens = max(usage.cached_tokens, out.num_cached_tokens)
+                    if remaining == 0:
+                        usage.completion_tokens = tokens
+                        delta.usage = usage
+                yield delta
+        except BlinkError:
+            raise
+        except EngineDeadError as exc:
+            raise BackendUnavailableError(f"the engine stopped: {exc}") from exc
+        except EngineError as exc:
+            raise BackendUnavailableError(str(exc)) from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await source.aclose()
+
+    async def _one(
+        self, request_id: str, prompt: list[int], params: SamplingParams, index: int
+    ) -> AsyncIterator[tuple[int, RequestOutput]]:
+        gen = self.engine.generate(request_id, prompt, params)
+        try:
+            async for out in gen:
+                yield index, out
+        finally:
+            await gen.aclose()
+
+    async def _merge(
+        self, sources: list[AsyncIterator[tuple[int, RequestOutput]]]
+    ) -> AsyncIterator[tuple[int, RequestOutput]]:
+        """Interleave n choices in arrival order; closing the merge closes every source."""
+        queue: asyncio.Queue[tuple[int, RequestOutput] | BaseException | None] = asyncio.Queue()
+
+        async def pump(src: AsyncIterator[tuple[int, RequestOutput]]) -> None:
+            try:
+                async for item in src:
+                    queue.put_nowait(item)
+                queue.put_nowait(None)
+            except BaseException as exc:  # forwarded to the consumer
+                queue.put_nowait(exc)
+
+        tasks = [asyncio.create_task(pump(s)) for s in sources]
+        done = 0
+        try:
+            while done < len(tasks):
+                item = await queue.get()
+                if item is None:
+                    done += 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(BaseException):
+                    await t
+
+    def _logprobs(self, out: RequestOutput) -> list[TokenLogprob]:
+        tok = self.engine.tokenizer
+        result: list[TokenLogprob] = []
+        for lp in out.logprobs or []:
+            text = tok.decode([lp.token_id], skip_special_tokens=False) if tok else str(lp.token_id)
+            top = [(tok.decode([t], skip_special_tokens=False) if tok else str(t), v) for t, v in (lp.top or [])]
+            result.append(TokenLogprob(token=text, logprob=lp.logprob, bytes=list(text.encode()), top=top))
+        return result
+
+
+def _ewma(prev: float | None, value: float) -> float:
+    return value if prev is None else prev + _EWMA_ALPHA * (value - prev)
+
+
+def engine_config_from_settings(ms: Any) -> EngineConfig:
+    """Map a ``ModelSettings`` (config layer) onto the engine's own config."""
+    threads = ms.threads if getattr(ms, "threads", 0) else default_threads()
+    return EngineConfig(
+        model=ms.model,
+        dtype=ms.dtype,
+        device=ms.device,
+        kv_cache_memory_bytes=int(ms.kv_cache_memory_bytes),
+        block_size=ms.block_size,
+        max_num_seqs=ms.max_num_seqs,
+        max_num_batched_tokens=ms.max_num_batched_tokens,
+        max_model_len=ms.max_model_len or 0,
+        enable_prefix_caching=ms.enable_prefix_caching,
+        enable_chunked_prefill=ms.enable_chunked_prefill,
+        threads=threads,
+    )
+
+
+def create_embedded_backend(ms: Any, *, fallback_model: Callable[[], Path] | None = None) -> EmbeddedBackend:
+    """Factory used by ``blink.serve``; ``fallback_model`` builds the offline demo model."""
+    return EmbeddedBackend(ms.name, engine_config_from_settings(ms), fallback_model=fallback_model)

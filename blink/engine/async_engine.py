@@ -1,0 +1,249 @@
+"""The engine's only public async API: ``AsyncEngine.generate`` and ``abort``.
+
+Runs in the server's event loop and never blocks it: the model runs in an engine-core
+process (``core_process``); this side tokenises, validates, ships requests over ZeroMQ and
+fans the per-step output batches out to one queue per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from pathlib import Path
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from blink.engine import core_process as cp
+from blink.engine.config import EngineConfig
+from blink.engine.errors import EngineDeadError, EngineError
+from blink.engine.loader import resolve_model_path
+from blink.engine.outputs import EngineStats, RequestOutput
+from blink.engine.request_checks import EngineLimits, check_request
+from blink.engine.sampling_params import SamplingParams
+from blink.engine.tokenizer import Tokenizer
+
+# Loading a small model takes seconds; a big one on a slow disk can take minutes.
+_READY_TIMEOUT_S = 600.0
+
+
+class AsyncEngine:
+    """Front of one engine-core process."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.tokenizer: Tokenizer | None = None
+        self.limits: EngineLimits | None = None
+        self.model_path: Path | None = None
+        self.stats = EngineStats()
+        self._queues: dict[str, asyncio.Queue[RequestOutput | BaseException]] = {}
+        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._ctx: zmq.asyncio.Context | None = None
+        self._push: zmq.asyncio.Socket | None = None
+        self._pull: zmq.asyncio.Socket | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._dead: BaseException | None = None
+        self._ipc_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._enc = msgspec.msgpack.Encoder()
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Resolve/download the model, load the tokenizer, spawn the core, wait until ready."""
+        if self._proc is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self.model_path = await loop.run_in_executor(
+            None, resolve_model_path, self.config.model, self.config.revision
+        )
+        self.tokenizer = await loop.run_in_executor(None, Tokenizer.from_pretrained, self.model_path)
+        # Unique socket paths per engine so several engines can share a host.
+        self._ipc_dir = tempfile.TemporaryDirectory(prefix="blink-engine-")
+        in_addr = f"ipc://{self._ipc_dir.name}/in"
+        out_addr = f"ipc://{self._ipc_dir.name}/out"
+        self._ctx = zmq.asyncio.Context()
+        self._push = self._ctx.socket(zmq.PUSH)
+        self._push.bind(in_addr)
+        self._pull = self._ctx.socket(zmq.PULL)
+        self._pull.bind(out_addr)
+        mp = multiprocessing.get_context("spawn")
+        cfg = asdict(self.config)
+        cfg["model"] = str(self.model_path)
+        self._proc = mp.Process(
+            target=cp.run_engine_core,
+            args=(cfg, str(self.model_path), in_addr, out_addr),
+            name=f"blink-engine-{uuid.uuid4().hex[:6]}",
+            daemon=True,
+        )
+        self._proc.start()
+        await self._wait_ready()
+        self._reader = asyncio.create_task(self._read_outputs(), name="blink-engine-reader")
+
+    async def _wait_ready(self) -> None:
+        if self._pull is None or self._proc is None:
+            raise EngineDeadError("engine process was not started")
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while True:
+            if await self._pull.poll(200):
+                kind, payload = await self._pull.recv_multipart()
+                if kind == cp.READY:
+                    info = msgspec.msgpack.decode(payload, type=cp.ReadyInfo)
+                    self.limits = EngineLimits(info.max_model_len, info.num_blocks, info.block_size,
+                                               info.vocab_size)
+                    self.stats = EngineStats(num_blocks=info.num_blocks)
+                    return
+                if kind == cp.FAILED:
+                    msg = msgspec.msgpack.decode(payload, type=str)
+                    await self.shutdown()
+                    raise EngineError(f"engine failed to start: {msg}")
+            if not self._proc.is_alive():
+                await self.shutdown()
+                raise EngineDeadError(f"engine process exited with code {self._proc.exitcode} while loading")
+            if time.monotonic() > deadline:
+                await self.shutdown()
+                raise EngineError("engine did not become ready in time")
+
+    async def shutdown(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+            self._reader = None
+        proc = self._proc
+        if proc is not None and proc.is_alive() and self._push is not None:
+            with contextlib.suppress(Exception):
+                await self._push.send_multipart([cp.SHUTDOWN, b""])
+            await asyncio.get_running_loop().run_in_executor(None, proc.join, 5.0)
+            if proc.is_alive():
+                proc.terminate()
+                await asyncio.get_running_loop().run_in_executor(None, proc.join, 5.0)
+            if proc.is_alive():
+                proc.kill()
+        for sock in (self._push, self._pull):
+            if sock is not None:
+                sock.close(linger=0)
+        if self._ctx is not None:
+            self._ctx.term()
+        self._push = self._pull = self._ctx = None
+        if self._ipc_dir is not None:
+            self._ipc_dir.cleanup()
+            self._ipc_dir = None
+        self._fail_all(EngineDeadError("engine shut down"))
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def is_alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive() and self._dead is None
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _tok(self) -> Tokenizer:
+        if self.tokenizer is None:
+            raise EngineDeadError("engine is not started")
+        return self.tokenizer
+
+    def encode_chat(self, messages: list[dict[str, object]]) -> list[int]:
+        return self._tok().apply_chat_template(messages, add_generation_prompt=True)
+
+    def encode_prompt(self, text: str) -> list[int]:
+        return self._tok().encode(text, add_special_tokens=True)
+
+    def check(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Validate before generating, so errors reach the caller before any token."""
+        if self.limits is None:
+            raise EngineDeadError("engine is not running")
+        check_request(prompt_token_ids, params, self.limits)
+
+    async def generate(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[RequestOutput]:
+        """Yield one ``RequestOutput`` per engine step that produced tokens for this request.
+
+        Leaving the loop early (break, cancellation, client disconnect) aborts the request
+        in the core, which frees its KV blocks before its next step.
+        """
+        if self._dead is not None or self._push is None:
+            raise EngineDeadError(f"engine is not running: {self._dead}")
+        self.check(prompt_token_ids, params)
+        if request_id in self._queues:
+            raise EngineError(f"duplicate request id {request_id!r}")
+        queue: asyncio.Queue[RequestOutput | BaseException] = asyncio.Queue()
+        self._queues[request_id] = queue
+        finished = False
+        try:
+            msg = cp.AddRequest(request_id, list(prompt_token_ids), _params_dict(params), time.monotonic())
+            await self._push.send_multipart([cp.ADD, self._enc.encode(msg)])
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                if item.finished:
+                    finished = True
+                if item.error is not None:
+                    raise EngineError(item.error)
+                yield item
+                if finished:
+                    return
+        finally:
+            self._queues.pop(request_id, None)
+            if not finished:
+                await self.abort(request_id)
+
+    async def abort(self, request_id: str) -> None:
+        if self._push is not None and self._dead is None:
+            with contextlib.suppress(zmq.ZMQError):
+                await self._push.send_multipart([cp.ABORT, self._enc.encode(request_id)])
+
+    # -- output fan-out ---------------------------------------------------------------------
+
+    async def _read_outputs(self) -> None:
+        if self._pull is None or self._proc is None:
+            return
+        dec = msgspec.msgpack.Decoder(cp.OutputBatch)
+        try:
+            while True:
+                if not await self._pull.poll(500):
+                    if not self._proc.is_alive():
+                        raise EngineDeadError(f"engine process died (exit code {self._proc.exitcode})")
+                    continue
+                kind, payload = await self._pull.recv_multipart()
+                if kind == cp.OUTPUTS:
+                    batch = dec.decode(payload)
+                    self.stats = batch.stats
+                    for out in batch.outputs:
+                        q = self._queues.get(out.request_id)
+                        if q is not None:
+                            q.put_nowait(out)
+                elif kind == cp.ERROR:
+                    tb = msgspec.msgpack.decode(payload, type=str)
+                    raise EngineDeadError(f"engine step failed:\n{tb}")
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._dead = exc
+            self._fail_all(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for q in self._queues.values():
+            q.put_nowait(exc if isinstance(exc, EngineError) else EngineDeadError(str(exc)))
+
+
+def _params_dict(params: SamplingParams) -> dict[str, object]:
+    return {k: v for k, v in asdict(params).items()}
+
+
+def default_threads() -> int:
+    """Leave one core to the gateway when there are few (a 2-core laptop)."""
+    n = os.cpu_count() or 1
+    return max(1, n - 1) if n <= 4 else n - 2

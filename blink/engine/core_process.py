@@ -1,0 +1,109 @@
+"""The engine-core process: runs ``LLMEngine.step()`` in a loop, fed over ZeroMQ.
+
+Keeping the step loop out of the server's process means a cache hit or a health check
+never waits behind a forward pass (vLLM v1's EngineCore idea). The seam carries token ids,
+parameters and text deltas as msgpack, never tensors.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+
+from blink.engine.config import EngineConfig
+from blink.engine.outputs import EngineStats, RequestOutput
+
+# Message kinds on the input socket.
+ADD, ABORT, SHUTDOWN = b"add", b"abort", b"shutdown"
+# Message kinds on the output socket.
+READY, OUTPUTS, FAILED, ERROR = b"ready", b"outputs", b"failed", b"error"
+
+
+class ReadyInfo(msgspec.Struct):
+    max_model_len: int
+    num_blocks: int
+    block_size: int
+    vocab_size: int
+    pid: int
+
+
+class AddRequest(msgspec.Struct, array_like=True):
+    request_id: str
+    prompt_token_ids: list[int]
+    params: dict[str, Any]
+    arrival_time: float
+
+
+class OutputBatch(msgspec.Struct, array_like=True):
+    outputs: list[RequestOutput]
+    stats: EngineStats
+
+
+def run_engine_core(config_dict: dict[str, Any], model_path: str, input_addr: str, output_addr: str) -> None:
+    """Process entry point: build the engine, announce readiness, then loop forever."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.connect(input_addr)
+    push = ctx.socket(zmq.PUSH)
+    push.connect(output_addr)
+    enc = msgspec.msgpack.Encoder()
+    try:
+        from blink.engine.llm_engine import LLMEngine
+        from blink.engine.sampling_params import SamplingParams
+
+        engine = LLMEngine(EngineConfig(**config_dict), Path(model_path))
+    except BaseException as exc:  # report why we could not start, then exit
+        push.send_multipart([FAILED, enc.encode(f"{type(exc).__name__}: {exc}")])
+        push.close(linger=2000)
+        ctx.term()
+        raise SystemExit(1) from exc
+    info = ReadyInfo(engine.max_model_len, engine.runner.num_blocks, engine.runner.block_size,
+                     engine.runner.vocab_size, os.getpid())
+    push.send_multipart([READY, enc.encode(info)])
+    add_dec = msgspec.msgpack.Decoder(AddRequest)
+    str_dec = msgspec.msgpack.Decoder(str)
+    poller = zmq.Poller()
+    poller.register(pull, zmq.POLLIN)
+    while True:
+        # Block only when idle; otherwise drain whatever arrived since the last step.
+        timeout = 0 if engine.has_unfinished() else None
+        while poller.poll(timeout):
+            kind, payload = pull.recv_multipart()
+            if kind == ADD:
+                req = add_dec.decode(payload)
+                try:
+                    engine.add_request(req.request_id, req.prompt_token_ids,
+                                       SamplingParams(**req.params), req.arrival_time)
+                except Exception as exc:  # validated in the frontend; this is a last guard
+                    err = RequestOutput(req.request_id, [], "", finished=True, finish_reason="error",
+                                        error=f"{type(exc).__name__}: {exc}")
+                    push.send_multipart([OUTPUTS, enc.encode(OutputBatch([err], engine.stats()))])
+            elif kind == ABORT:
+                engine.abort_request(str_dec.decode(payload))
+            elif kind == SHUTDOWN:
+                push.close(linger=1000)
+                pull.close(linger=0)
+                ctx.term()
+                return
+            timeout = 0
+        if not engine.has_unfinished():
+            continue
+        try:
+            outputs = engine.step()
+        except Exception:
+            push.send_multipart([ERROR, enc.encode(traceback.format_exc())])
+            raise
+        if outputs:
+            push.send_multipart([OUTPUTS, enc.encode(OutputBatch(outputs, engine.stats()))])
+
+
+def config_to_dict(config: EngineConfig) -> dict[str, Any]:
+    return asdict(config)

@@ -1,0 +1,200 @@
+"""The synchronous engine core: schedule, run the model, sample, detokenise — once per step.
+
+It owns no process or event loop; ``core_process`` drives it, and tests drive it directly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from blink.engine.block_manager import BlockManager
+from blink.engine.config import EngineConfig
+from blink.engine.detokenizer import IncrementalDetokenizer
+from blink.engine.errors import InvalidParameterError
+from blink.engine.loader import resolve_model_path
+from blink.engine.model_runner import ModelRunner
+from blink.engine.request_checks import EngineLimits, check_request
+from blink.engine.outputs import EngineStats, RequestOutput, TokenLogprobOut
+from blink.engine.sampler import Sampler
+from blink.engine.sampling_params import SamplingParams
+from blink.engine.scheduler import Scheduler
+from blink.engine.sequence import Sequence
+from blink.engine.stop import StopStringMatcher
+from blink.engine.tokenizer import Tokenizer
+
+
+@dataclass
+class _RequestState:
+    """Per-request text state that the scheduler does not need."""
+
+    seq: Sequence
+    detok: IncrementalDetokenizer
+    stops: StopStringMatcher | None
+    text_emitted: int = 0
+    new_ids: list[int] = field(default_factory=list)
+    new_text: list[str] = field(default_factory=list)
+    new_logprobs: list[TokenLogprobOut] = field(default_factory=list)
+
+
+class LLMEngine:
+    """Continuous-batching engine over one model."""
+
+    def __init__(self, config: EngineConfig, model_path: Path | None = None) -> None:
+        self.config = config
+        path = model_path or resolve_model_path(config.model, config.revision)
+        config.model = str(path)
+        self.runner = ModelRunner(config)
+        self.tokenizer = Tokenizer.from_pretrained(path)
+        self.max_model_len = self.runner.max_model_len
+        self.block_manager = BlockManager(
+            self.runner.num_blocks, self.runner.block_size, config.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.sampler = Sampler()
+        self._requests: dict[str, _RequestState] = {}
+        self._steps = 0
+        self._last_batch = 0
+
+    # -- requests -------------------------------------------------------------------------
+
+    @property
+    def limits(self) -> EngineLimits:
+        r = self.runner
+        return EngineLimits(r.max_model_len, r.num_blocks, r.block_size, r.vocab_size)
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        arrival_time: float | None = None,
+    ) -> None:
+        if request_id in self._requests:
+            raise InvalidParameterError(f"Duplicate request id {request_id!r}.", param="request_id")
+        check_request(prompt_token_ids, params, self.limits)
+        eos = frozenset() if params.ignore_eos else self.tokenizer.eos_token_ids
+        seq = Sequence(request_id, list(prompt_token_ids), params, eos, arrival_time or time.monotonic())
+        detok = IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids, params.skip_special_tokens)
+        stops = StopStringMatcher(list(params.stop)) if params.stop else None
+        self._requests[request_id] = _RequestState(seq, detok, stops)
+        self.scheduler.add(seq)
+
+    def abort_request(self, request_id: str) -> bool:
+        """Drop a request and free its blocks now; True when it was live."""
+        state = self._requests.pop(request_id, None)
+        if state is None:
+            return False
+        self.scheduler.abort(request_id)
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self._requests)
+
+    # -- the step ---------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        out = self.scheduler.schedule()
+        self._steps += 1
+        self._last_batch = len(out.scheduled)
+        if not out.scheduled:
+            return []
+        logits = self.runner.execute(out.scheduled)
+        self.scheduler.update_after_step(out)
+        rows = [i for i, s in enumerate(out.scheduled) if s.seq.num_computed_tokens == s.seq.num_tokens]
+        if not rows:
+            return []
+        seqs = [out.scheduled[i].seq for i in rows]
+        sample_logits = logits if len(rows) == len(out.scheduled) else logits[rows]
+        results = self.sampler.sample(sample_logits, seqs)
+        outputs: list[RequestOutput] = []
+        for seq, res in zip(seqs, results, strict=True):
+            state = self._requests.get(seq.request_id)
+            if state is None:  # aborted between schedule and now
+                continue
+            self._accept_token(state, res.token_id)
+            if seq.params.logprobs is not None:
+                state.new_logprobs.append(TokenLogprobOut(res.token_id, float(res.logprob or 0.0), res.top_logprobs))
+            outputs.append(self._emit(state))
+        return outputs
+
+    def _accept_token(self, state: _RequestState, token_id: int) -> None:
+        seq = state.seq
+        params = seq.params
+        seq.append_token(token_id)
+        state.new_ids.append(token_id)
+        n_out = len(seq.output_token_ids)
+        reason: str | None = None
+        stop_reason: str | int | None = None
+        min_ok = n_out > params.min_tokens or params.min_tokens == 0
+        if token_id in params.stop_token_ids and min_ok:
+            reason, stop_reason = "stop", token_id
+        elif token_id in seq.eos_token_ids and min_ok:
+            reason = "stop"
+        else:
+            delta = state.detok.add(token_id)
+            if state.stops is not None:
+                delta, hit = state.stops.feed(delta)
+                if hit:
+                    reason, stop_reason = "stop", "stop_string"
+            if delta:
+                state.new_text.append(delta)
+        if reason is None:
+            if params.max_tokens is not None and n_out >= params.max_tokens:
+                reason = "length"
+            elif seq.num_tokens >= self.max_model_len:
+                reason = "length"
+        if reason is not None:
+            if state.stops is not None and stop_reason != "stop_string":
+                tail = state.stops.flush()
+                if tail:
+                    state.new_text.append(tail)
+            seq.stop_reason = stop_reason
+            self.scheduler.finish(seq, reason)
+
+    def _emit(self, state: _RequestState) -> RequestOutput:
+        seq = state.seq
+        finished = seq.finish_reason is not None
+        out = RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=state.new_ids,
+            text="".join(state.new_text),
+            finished=finished,
+            finish_reason=seq.finish_reason,
+            stop_reason=seq.stop_reason,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_tokens=seq.num_cached_tokens,
+            num_output_tokens=len(seq.output_token_ids),
+            logprobs=state.new_logprobs or None,
+        )
+        state.new_ids, state.new_text, state.new_logprobs = [], [], []
+        if finished:
+            self._requests.pop(seq.request_id, None)
+        return out
+
+    def stats(self) -> EngineStats:
+        bm = self.block_manager
+        return EngineStats(
+            num_running=self.scheduler.num_running,
+            num_waiting=self.scheduler.num_waiting,
+            kv_usage=bm.usage,
+            prefix_cache_hit_rate=bm.prefix_cache_hit_rate,
+            num_blocks=self.runner.num_blocks,
+            steps=self._steps,
+            batch_size=self._last_batch,
+        )
+
+    # -- convenience for tests and offline use ---------------------------------------------
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams]) -> list[list[int]]:
+        """Run prompts to completion; returns generated token ids per prompt."""
+        plist = params if isinstance(params, list) else [params] * len(prompts)
+        ids = [f"gen-{self._steps}-{i}" for i in range(len(prompts))]
+        for rid, p, sp in zip(ids, prompts, plist, strict=True):
+            self.add_request(rid, p, sp)
+        tokens: dict[str, list[int]] = {rid: [] for rid in ids}
+        while self.has_unfinished():
+            for o in self.step():
+                tokens[o.request_id].extend(o.new_token_ids)
+        return [tokens[r] for r in ids]

@@ -1,0 +1,40 @@
+"""What the engine reports per request per step; plain data that crosses the process seam."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class TokenLogprobOut(msgspec.Struct, array_like=True):
+    token_id: int
+    logprob: float
+    # (token_id, logprob) pairs of the most likely tokens at this position.
+    top: list[tuple[int, float]] | None = None
+
+
+class RequestOutput(msgspec.Struct, array_like=True):
+    """Increment of one request: new tokens and the text they completed (may be empty)."""
+
+    request_id: str
+    new_token_ids: list[int]
+    text: str
+    finished: bool = False
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_output_tokens: int = 0
+    logprobs: list[TokenLogprobOut] | None = None
+    error: str | None = None
+
+
+class EngineStats(msgspec.Struct):
+    """Live engine state for load reporting and metrics."""
+
+    num_running: int = 0
+    num_waiting: int = 0
+    kv_usage: float = 0.0
+    prefix_cache_hit_rate: float = 0.0
+    num_blocks: int = 0
+    steps: int = 0
+    batch_size: int = 0
