@@ -25,3 +25,15 @@ class UnsupportedModelError(EngineError):
 
 class EngineDeadError(EngineError):
     """The engine-core process died; every in-flight request fails with this."""
+
+
+class ModelNotAvailableError(EngineError):
+    """The model id or path cannot be resolved to a local checkpoint (missing, offline, gated)."""
+
+
+class ModelLoadError(EngineError):
+    """The checkpoint was found but cannot be loaded (no safetensors, missing or misshapen weights)."""
+
+
+class KVCacheTooSmallError(EngineError):
+    """``kv_cache_memory_bytes`` does not fit a single KV block for this model."""
