@@ -1,0 +1,215 @@
+"""Per-step token scheduling: how many tokens of each request to compute this step.
+
+Prefill, chunked prefill and decode are one mechanism (vLLM v1): a request is scheduled for
+``num_tokens - num_computed_tokens`` tokens, capped by the step's token budget. Running requests
+go first so decodes keep flowing while long prompts are chunked; waiting requests are admitted
+in arrival order while budget, ``max_num_seqs`` and KV blocks allow. When the pool runs out, the
+newest running request is preempted by recompute: its blocks are freed, its progress reset, and
+it goes back to the front of the queue with its generated tokens kept.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from blink.engine.block_manager import BlockManager
+from blink.engine.config import EngineConfig
+from blink.engine.errors import InvalidParameterError, PromptTooLongError
+from blink.engine.sequence import Sequence, SequenceStatus
+
+# Finish reason for a request that outgrew the whole KV pool: it can never continue, and
+# "length" is what OpenAI clients expect when a response is cut by a capacity limit.
+POOL_EXHAUSTED_REASON = "length"
+
+
+@dataclass
+class ScheduledSeq:
+    seq: Sequence
+    num_new_tokens: int
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq]
+    preempted: list[Sequence]
+    num_batched_tokens: int
+    # Requests the scheduler itself finished this step (outgrew the KV pool); already freed.
+    finished: list[Sequence] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, block_manager: BlockManager) -> None:
+        if config.max_num_seqs < 1 or config.max_num_batched_tokens < 1:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        self.config = config
+        self.block_manager = block_manager
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._requests: dict[str, Sequence] = {}
+        self.num_preemptions = 0
+
+    # ----------------------------------------------------------------- queue management
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._requests)
+
+    def get(self, request_id: str) -> Sequence | None:
+        return self._requests.get(request_id)
+
+    def add(self, seq: Sequence) -> None:
+        """Queue a new request; rejects one whose prompt alone could never fit the KV pool."""
+        if seq.request_id in self._requests:
+            raise InvalidParameterError(f"duplicate request id {seq.request_id!r}", param="request_id")
+        if seq.num_tokens < 1:
+            raise InvalidParameterError("prompt must contain at least one token", param="prompt")
+        bm = self.block_manager
+        if bm.blocks_needed(seq.num_tokens) > bm.num_blocks:
+            raise PromptTooLongError(
+                f"prompt of {seq.num_tokens} tokens exceeds the KV cache capacity of "
+                f"{bm.num_blocks * bm.block_size} tokens",
+                param="messages",
+            )
+        seq.status = SequenceStatus.WAITING
+        self.waiting.append(seq)
+        self._requests[seq.request_id] = seq
+
+    def abort(self, request_id: str) -> Sequence | None:
+        """Finish a request at once (client gone) and free its blocks; None if unknown."""
+        seq = self._requests.get(request_id)
+        if seq is None:
+            return None
+        self.finish(seq, "abort")
+        return seq
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Mark finished, release its blocks and drop it from whichever queue holds it."""
+        if seq.status is SequenceStatus.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+        else:
+            return
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_reason = reason
+        self.block_manager.free(seq)
+        del self._requests[seq.request_id]
+
+    # ----------------------------------------------------------------- the step
+    def schedule(self) -> SchedulerOutput:
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[ScheduledSeq] = []
+        preempted: list[Sequence] = []
+        finished: list[Sequence] = []
+
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            num_new = self._num_new_tokens(seq, seq.num_computed_tokens, budget, alone=not scheduled)
+            if num_new == 0:
+                i += 1
+                continue
+            if self._allocate_or_preempt(seq, num_new, i, preempted, finished):
+                scheduled.append(ScheduledSeq(seq, num_new))
+                budget -= num_new
+                i += 1
+            # else: seq itself left running (preempted or finished); index i now names the next.
+
+        # Admitting while preempting would only thrash: wait for running requests to drain.
+        if not preempted and not finished:
+            self._admit(scheduled, budget, finished)
+
+        return SchedulerOutput(
+            scheduled=scheduled,
+            preempted=preempted,
+            num_batched_tokens=sum(s.num_new_tokens for s in scheduled),
+            finished=finished,
+        )
+
+    def _num_new_tokens(self, seq: Sequence, num_computed: int, budget: int, alone: bool) -> int:
+        """Tokens to compute for ``seq`` within ``budget``; 0 means skip it this step."""
+        remaining = seq.num_tokens - num_computed
+        if remaining <= budget:
+            return remaining
+        if self.config.enable_chunked_prefill:
+            return budget
+        # Unchunked: a prompt is computed whole. One larger than the whole budget still runs
+        # when it is alone in the step, or it could never run at all.
+        return remaining if alone else 0
+
+    def _allocate_or_preempt(
+        self,
+        seq: Sequence,
+        num_new: int,
+        index: int,
+        preempted: list[Sequence],
+        finished: list[Sequence],
+    ) -> bool:
+        """Allocate blocks for running ``seq``, preempting the newest unscheduled requests.
+
+        Victims come from the tail of ``running`` (index > ``index``), so requests already
+        scheduled this step are never touched. Returns False when ``seq`` itself had to go.
+        """
+        bm = self.block_manager
+        while not bm.allocate_slots(seq, num_new):
+            if len(self.running) - 1 > index:
+                self._preempt(self.running.pop(), preempted)
+                continue
+            if index == 0:
+                # Alone and still short: it needs more blocks than the pool holds.
+                self.finish(seq, POOL_EXHAUSTED_REASON)
+                finished.append(seq)
+            else:
+                self.running.pop()
+                self._preempt(seq, preempted)
+            return False
+        return True
+
+    def _preempt(self, seq: Sequence, preempted: list[Sequence]) -> None:
+        self.block_manager.free(seq)
+        seq.num_computed_tokens = 0
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        preempted.append(seq)
+
+    def _admit(self, scheduled: list[ScheduledSeq], budget: int, finished: list[Sequence]) -> None:
+        bm = self.block_manager
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            if bm.blocks_needed(seq.num_tokens) > bm.num_blocks:
+                # A preempted request whose output grew past the pool would block the queue forever.
+                self.finish(seq, POOL_EXHAUSTED_REASON)
+                finished.append(seq)
+                continue
+            computed_blocks, num_cached = bm.get_computed_blocks(seq)
+            num_new = self._num_new_tokens(seq, num_cached, budget, alone=not scheduled)
+            if num_new == 0 or not bm.allocate_slots(seq, num_new, computed_blocks):
+                break
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            scheduled.append(ScheduledSeq(seq, num_new))
+            budget -= num_new
+
+    def update_after_step(self, output: SchedulerOutput) -> None:
+        """Advance progress for the computed tokens and publish newly full blocks to the cache."""
+        bm = self.block_manager
+        for s in output.scheduled:
+            seq = s.seq
+            if seq.status is not SequenceStatus.RUNNING:
+                continue  # aborted between schedule() and now: its blocks are already gone
+            seq.num_computed_tokens += s.num_new_tokens
+            bm.cache_full_blocks(seq)
