@@ -1,0 +1,115 @@
+"""Paged attention in plain torch (any device SDPA runs on).
+
+The KV cache holds, per layer, ``[num_blocks, block_size, num_kv_heads, head_dim]`` K and V
+tensors; a sequence's position ``p`` lives in slot ``block_table[p // block_size] * block_size +
+p % block_size``. Everything that depends only on the batch layout (slots, gathered block tables,
+masks) is built once per step in :class:`AttentionMetadata` and shared by every layer, so a layer's
+forward is a handful of tensor ops plus one SDPA call per prefill chunk and one for all decodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class PrefillChunk:
+    """Rows ``[start, end)`` of the flattened batch: one sequence's chunk of ``end - start`` tokens.
+
+    ``context_len`` tokens of the sequence are already cached. With none, the chunk attends to its
+    own fresh K/V under a plain causal mask; otherwise it reads ``[0, context_len + n)`` back from
+    the cache through ``block_table`` with ``mask`` (``[n, context_len + n]``, True = attend).
+    """
+
+    start: int
+    end: int
+    context_len: int
+    block_table: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+
+@dataclass
+class AttentionMetadata:
+    """Per-step batch layout: decode rows first (``[0, num_decode)``), then prefill chunks."""
+
+    slot_mapping: torch.Tensor  # [T] int64, cache slot of every scheduled token
+    num_decode: int = 0
+    decode_block_tables: torch.Tensor | None = None  # [num_decode, max_blocks] int64 (padded)
+    decode_mask: torch.Tensor | None = None  # [num_decode, 1, 1, max_blocks * block_size] bool
+    prefills: list[PrefillChunk] = field(default_factory=list)
+
+
+class PagedAttention(nn.Module):
+    """Writes this step's K/V into the paged cache, then attends each query to its sequence's keys."""
+
+    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = scale
+        self.group = num_heads // num_kv_heads
+        # Assigned by the model runner once the pool is allocated; plain attributes, not buffers,
+        # so they are never saved, cast or moved with the weights.
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
+        """``q [T, H, D]``, ``k``/``v [T, KVH, D]`` -> ``[T, H * D]``."""
+        kvh, dim = self.num_kv_heads, self.head_dim
+        k_flat = self.k_cache.view(-1, kvh, dim)
+        v_flat = self.v_cache.view(-1, kvh, dim)
+        k_flat.index_copy_(0, meta.slot_mapping, k.to(k_flat.dtype))
+        v_flat.index_copy_(0, meta.slot_mapping, v.to(v_flat.dtype))
+
+        outputs: list[torch.Tensor] = []
+        if meta.num_decode:
+            outputs.append(self._decode(q[: meta.num_decode], meta))
+        for chunk in meta.prefills:
+            outputs.append(self._prefill(q, k, v, chunk))
+        return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+    def _decode(self, q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        # One query per sequence: fold the query heads of each KV head into the query-length axis
+        # ([B, KVH, group, D], a view), so GQA needs no K/V repeat and one masked SDPA covers all.
+        batch = q.shape[0]
+        tables = cast(torch.Tensor, meta.decode_block_tables)  # set whenever num_decode > 0
+        keys = self.k_cache[tables].view(batch, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        values = self.v_cache[tables].view(batch, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        query = q.view(batch, self.num_kv_heads, self.group, self.head_dim)
+        out = F.scaled_dot_product_attention(
+            query, keys.to(q.dtype), values.to(q.dtype), attn_mask=meta.decode_mask, scale=self.scale
+        )
+        return out.reshape(batch, self.num_heads * self.head_dim)
+
+    def _prefill(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: PrefillChunk
+    ) -> torch.Tensor:
+        n = chunk.end - chunk.start
+        query = q[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
+        if chunk.block_table is None:
+            keys = k[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)
+            values = v[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)
+            out = F.scaled_dot_product_attention(
+                query, keys, values, is_causal=True, scale=self.scale, enable_gqa=self.group > 1
+            )
+        else:
+            total = chunk.context_len + n
+            keys = self.k_cache[chunk.block_table].view(-1, self.num_kv_heads, self.head_dim)[:total]
+            values = self.v_cache[chunk.block_table].view(-1, self.num_kv_heads, self.head_dim)[:total]
+            out = F.scaled_dot_product_attention(
+                query,
+                keys.transpose(0, 1).unsqueeze(0).to(q.dtype),
+                values.transpose(0, 1).unsqueeze(0).to(q.dtype),
+                attn_mask=chunk.mask,
+                scale=self.scale,
+                enable_gqa=self.group > 1,
+            )
+        return out.squeeze(0).transpose(0, 1).reshape(n, self.num_heads * self.head_dim)

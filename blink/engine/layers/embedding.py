@@ -1,0 +1,35 @@
+"""Token embedding and the LM head (which may share the embedding's weight)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class VocabEmbedding(nn.Module):
+    def __init__(self, vocab_size: int, hidden_size: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids, self.weight)
+
+
+class LMHead(nn.Module):
+    """Projects hidden states to float32 logits; only the rows the sampler needs are ever passed in.
+
+    With ``tied_to`` the head reuses the embedding matrix (SmolLM2, Qwen2.5-0.5B, Qwen3-0.6B), so
+    the checkpoint has no ``lm_head.weight`` to load and memory holds one copy.
+    """
+
+    def __init__(self, vocab_size: int, hidden_size: int, tied_to: VocabEmbedding | None = None) -> None:
+        super().__init__()
+        self.tied = tied_to is not None
+        if tied_to is not None:
+            self.weight = tied_to.weight
+        else:
+            self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.weight).float()

@@ -1,0 +1,57 @@
+"""Linear layers, including the fused projections that cut per-step kernel launches.
+
+Decode on the CPU is bound by per-op overhead as much as by bandwidth, so Q/K/V and gate/up are
+each one matmul. Checkpoints store them separately; ``load_shard`` copies a checkpoint tensor into
+its rows of the fused weight.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Linear(nn.Module):
+    """``y = x W^T (+ b)``; ``load_shard`` with ``shard=None`` copies the whole tensor."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def shard_rows(self, shard: str | int | None) -> slice:
+        """Rows of the weight a checkpoint tensor named by ``shard`` fills."""
+        return slice(0, self.out_features)
+
+    def load_shard(self, param: nn.Parameter, loaded: torch.Tensor, shard: str | int | None) -> None:
+        target = param.data[self.shard_rows(shard)]
+        if target.shape != loaded.shape:
+            raise ValueError(
+                f"shape mismatch: checkpoint {tuple(loaded.shape)} vs model {tuple(target.shape)}"
+            )
+        target.copy_(loaded)
+
+
+class MergedLinear(Linear):
+    """Several projections of the same input stacked row-wise; ``shard`` names one of them."""
+
+    def __init__(self, in_features: int, shard_sizes: dict[str | int, int], bias: bool = False) -> None:
+        super().__init__(in_features, sum(shard_sizes.values()), bias)
+        self.shard_sizes = dict(shard_sizes)
+        self._offsets: dict[str | int, int] = {}
+        offset = 0
+        for name, size in shard_sizes.items():
+            self._offsets[name] = offset
+            offset += size
+
+    def shard_rows(self, shard: str | int | None) -> slice:
+        if shard is None:
+            return slice(0, self.out_features)
+        start = self._offsets[shard]
+        return slice(start, start + self.shard_sizes[shard])

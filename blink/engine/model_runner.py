@@ -1,0 +1,174 @@
+"""The device side of the engine: owns the weights and the paged KV cache, runs one forward per step.
+
+``execute`` turns the scheduler's decision into one flattened batch: single-token rows (decodes)
+first, then each prefill chunk, so every linear layer runs once over all tokens and attention
+needs one SDPA call for all decodes plus one per prefill chunk. The batch layout (slots, padded
+block tables, masks) is computed once per step and shared by every layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from blink.engine.config import EngineConfig
+from blink.engine.errors import EngineError, KVCacheTooSmallError
+from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
+from blink.engine.loader import instantiate, load_weights, read_hf_config, resolve_dtype, resolve_model_path
+from blink.engine.models.registry import CausalLM, model_factory
+
+if TYPE_CHECKING:
+    from blink.engine.scheduler import ScheduledSeq
+
+
+def model_max_len(hf_config: Any, requested: int) -> int:
+    """``requested`` (0 = the model's ``max_position_embeddings``), capped at a sliding window.
+
+    Attention here is always full; a window-attention model (Mistral 7B v0.1) stays exact only
+    while the context fits its window.
+    """
+    length = requested or int(hf_config.max_position_embeddings)
+    window = getattr(hf_config, "sliding_window", None)
+    uses_window = getattr(hf_config, "use_sliding_window", True)
+    if window and uses_window:
+        length = min(length, int(window))
+    if length < 1:
+        raise EngineError(f"max_model_len must be positive, got {length}")
+    return length
+
+
+class ModelRunner:
+    """Loads the checkpoint named by ``config.model`` and runs forwards over scheduled tokens."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        if config.block_size < 1:
+            raise EngineError(f"block_size must be positive, got {config.block_size}")
+        self.config = config
+        self.device = torch.device(config.device)
+        self.block_size = config.block_size
+        path = resolve_model_path(config.model, config.revision)
+        self.hf_config = read_hf_config(path, config.trust_remote_code)
+        factory = model_factory(getattr(self.hf_config, "architectures", None))
+        self.dtype = resolve_dtype(config.dtype, self.hf_config, path, self.device)
+        self.max_model_len = model_max_len(self.hf_config, config.max_model_len)
+        model = instantiate(factory, self.hf_config, self.max_model_len, self.dtype, self.device)
+        load_weights(model, path)
+        model.requires_grad_(False).eval()
+        self.model: CausalLM = model  # type: ignore[assignment]
+        self.vocab_size = int(self.hf_config.vocab_size)
+        self.num_blocks = self._allocate_kv_cache(model)
+
+    def _allocate_kv_cache(self, model: Any) -> int:
+        layers = model.attention_layers()
+        shape = model.shape
+        elem = torch.empty(0, dtype=self.dtype).element_size()
+        bytes_per_block = 2 * len(layers) * self.block_size * shape.num_kv_heads * shape.head_dim * elem
+        num_blocks = self.config.kv_cache_memory_bytes // bytes_per_block
+        if num_blocks < 1:
+            raise KVCacheTooSmallError(
+                f"kv_cache_memory_bytes={self.config.kv_cache_memory_bytes} is below one KV block "
+                f"({bytes_per_block} bytes for this model and block_size={self.block_size})"
+            )
+        # Zeros, not empty: padded gathers read slots no sequence wrote, and a NaN there would
+        # survive the mask (0 * NaN) and poison the output.
+        self.kv_cache = torch.zeros(
+            2,
+            len(layers),
+            num_blocks,
+            self.block_size,
+            shape.num_kv_heads,
+            shape.head_dim,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        for i, attn in enumerate(layers):
+            attn.k_cache = self.kv_cache[0, i]
+            attn.v_cache = self.kv_cache[1, i]
+        return int(num_blocks)
+
+    @torch.inference_mode()
+    def execute(self, scheduled: Seq[ScheduledSeq]) -> torch.Tensor:
+        """Float32 logits ``[len(scheduled), vocab]`` for each sequence's last scheduled token."""
+        if not scheduled:
+            return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)
+        input_ids, positions, meta, logits_rows = self._prepare(scheduled)
+        hidden = self.model(input_ids, positions, meta)
+        return self.model.compute_logits(hidden[logits_rows])
+
+    def _check(self, item: ScheduledSeq) -> tuple[int, int]:
+        seq, n = item.seq, item.num_new_tokens
+        start = seq.num_computed_tokens
+        if n < 1 or start + n > seq.num_tokens:
+            raise EngineError(
+                f"{seq.request_id}: cannot compute tokens [{start}, {start + n}) of {seq.num_tokens}"
+            )
+        if start + n > self.max_model_len:
+            raise EngineError(
+                f"{seq.request_id}: position {start + n - 1} is beyond max_model_len {self.max_model_len}"
+            )
+        if len(seq.block_table) * self.block_size < start + n:
+            raise EngineError(f"{seq.request_id}: block table does not cover {start + n} positions")
+        return start, n
+
+    def _prepare(
+        self, scheduled: Seq[ScheduledSeq]
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
+        bs = self.block_size
+        spans = [self._check(item) for item in scheduled]
+        decodes = [i for i, (_, n) in enumerate(spans) if n == 1]
+        prefills = [i for i, (_, n) in enumerate(spans) if n > 1]
+
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slot_parts: list[torch.Tensor] = []
+        logits_rows = [0] * len(scheduled)
+        meta = AttentionMetadata(slot_mapping=torch.empty(0, dtype=torch.long))
+
+        if decodes:
+            tables: list[list[int]] = []
+            decode_slots: list[int] = []
+            for row, i in enumerate(decodes):
+                seq = scheduled[i].seq
+                pos = spans[i][0]
+                input_ids.append(seq.token_ids[pos])
+                positions.append(pos)
+                decode_slots.append(seq.block_table[pos // bs] * bs + pos % bs)
+                tables.append(seq.block_table[: pos // bs + 1])
+                logits_rows[i] = row
+            width = max(len(t) for t in tables)
+            # Pad with block 0: any real block works, the mask hides it.
+            padded = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long)
+            ctx = torch.tensor(positions, dtype=torch.long)
+            mask = torch.arange(width * bs)[None, :] <= ctx[:, None]
+            meta.num_decode = len(decodes)
+            meta.decode_block_tables = padded.to(self.device, non_blocking=True)
+            meta.decode_mask = mask[:, None, None, :].to(self.device, non_blocking=True)
+            slot_parts.append(torch.tensor(decode_slots, dtype=torch.long))
+
+        for i in prefills:
+            seq = scheduled[i].seq
+            start, n = spans[i]
+            end = start + n
+            row = len(input_ids)
+            input_ids.extend(seq.token_ids[start:end])
+            positions.extend(range(start, end))
+            table = torch.tensor(seq.block_table[: (end + bs - 1) // bs], dtype=torch.long)
+            pos = torch.arange(start, end)
+            slot_parts.append(table[pos // bs] * bs + pos % bs)
+            chunk = PrefillChunk(start=row, end=row + n, context_len=start)
+            if start > 0:
+                chunk.block_table = table.to(self.device, non_blocking=True)
+                chunk.mask = (torch.arange(end)[None, :] <= pos[:, None]).to(self.device, non_blocking=True)
+            meta.prefills.append(chunk)
+            logits_rows[i] = row + n - 1
+
+        slots = slot_parts[0] if len(slot_parts) == 1 else torch.cat(slot_parts)
+        meta.slot_mapping = slots.to(self.device, non_blocking=True)
+        ids_t = torch.tensor(input_ids, dtype=torch.long).to(self.device, non_blocking=True)
+        pos_t = torch.tensor(positions, dtype=torch.long).to(self.device, non_blocking=True)
+        rows_t = torch.tensor(logits_rows, dtype=torch.long).to(self.device, non_blocking=True)
+        return ids_t, pos_t, meta, rows_t
