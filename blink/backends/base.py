@@ -79,6 +79,8 @@ class Delta:
     finish_reason: str | None = None
     # Set on the last delta of the whole request (after every choice finished).
     usage: Usage | None = None
+    # OpenAI-shaped tool-call fragments, passed through from upstreams that emit them.
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 @dataclass(slots=True)

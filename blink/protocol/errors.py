@@ -128,3 +128,29 @@ class BackendTimeoutError(BlinkError):
     status = 504
     type = "timeout"
     code = "timeout"
+
+
+class UpstreamClientError(UpstreamError):
+    """An upstream 4xx passed on unchanged: its status, ``type``, ``param`` and ``code`` are kept."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        error_type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, param=param, code=code, status=status, headers=headers)
+        self.code = code
+        self.type = error_type or "invalid_request_error"
+
+
+class InternalServerError(BlinkError):
+    """An unexpected failure inside Blink; the traceback is logged, the client gets JSON."""
+
+    status = 500
+    type = "server_error"
+    code = "internal_error"

@@ -1,0 +1,65 @@
+"""OpenAI response JSON (stream chunks or whole responses) -> ``Delta`` objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blink.backends.base import Delta, TokenLogprob, Usage
+
+
+def deltas_from_chunk(obj: dict[str, Any], kind: str) -> list[Delta]:
+    """Deltas in one ``chat.completion.chunk`` / ``text_completion`` chunk (or whole response)."""
+    out: list[Delta] = []
+    for choice in obj.get("choices") or ():
+        index = choice.get("index", 0)
+        finish = choice.get("finish_reason")
+        tool_calls = None
+        if kind == "chat":
+            msg = choice.get("delta") or choice.get("message") or {}
+            text = msg.get("content") or ""
+            tool_calls = msg.get("tool_calls") or None
+            logprobs = _chat_logprobs(choice.get("logprobs"))
+        else:
+            text = choice.get("text") or ""
+            logprobs = _completion_logprobs(choice.get("logprobs"))
+        if text or finish or logprobs or tool_calls:
+            out.append(
+                Delta(index=index, text=text, logprobs=logprobs, finish_reason=finish, tool_calls=tool_calls)
+            )
+    usage = obj.get("usage")
+    if usage:
+        details = usage.get("prompt_tokens_details") or {}
+        u = Usage(
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
+            cached_tokens=details.get("cached_tokens") or 0,
+        )
+        if out:
+            out[-1].usage = u
+        else:
+            out.append(Delta(index=0, usage=u))
+    return out
+
+
+def _chat_logprobs(lp: dict[str, Any] | None) -> list[TokenLogprob] | None:
+    if not lp or not lp.get("content"):
+        return None
+    return [
+        TokenLogprob(
+            token=item["token"],
+            logprob=item["logprob"],
+            bytes=item.get("bytes"),
+            top=[(t["token"], t["logprob"]) for t in item.get("top_logprobs") or ()],
+        )
+        for item in lp["content"]
+    ]
+
+
+def _completion_logprobs(lp: dict[str, Any] | None) -> list[TokenLogprob] | None:
+    if not lp or not lp.get("tokens"):
+        return None
+    tops = lp.get("top_logprobs") or [None] * len(lp["tokens"])
+    return [
+        TokenLogprob(token=tok, logprob=val, top=list((top or {}).items()))
+        for tok, val, top in zip(lp["tokens"], lp.get("token_logprobs") or (), tops, strict=False)
+    ]

@@ -1,0 +1,229 @@
+"""Any OpenAI-compatible upstream (vLLM, SGLang, TGI, llama.cpp server, cloud APIs) as a Backend.
+
+One pooled ``httpx.AsyncClient`` (HTTP/1.1 keep-alive) per backend. Requests always stream
+upstream, so the first token is passed on the moment it arrives; closing the delta iterator
+closes the upstream response, which drops the connection and tells the upstream to stop.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
+from blink.backends.openai_chunks import deltas_from_chunk
+from blink.backends.sse_parser import SSEParser
+from blink.protocol.errors import (
+    BackendTimeoutError,
+    BackendUnavailableError,
+    BlinkError,
+    UpstreamClientError,
+    UpstreamError,
+)
+
+# An upstream error body bigger than this is not an error message worth reading.
+_MAX_ERROR_BODY = 64 * 1024
+# EWMA weight of the newest TTFT sample (about the last ten requests).
+_EWMA_ALPHA = 0.1
+
+
+class OpenAIHTTPBackend:
+    """Forward generation requests to ``base_url`` (the part ending in ``/v1``)."""
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
+        upstream_model: str | None = None,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 300.0,
+        max_connections: int = 256,
+    ) -> None:
+        self.name = name
+        self.base_url = base_url.rstrip("/")
+        self.upstream_model = upstream_model
+        if api_key is None and api_key_env:
+            api_key = os.environ.get(api_key_env)
+        self._headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._timeout = httpx.Timeout(connect_timeout_s, read=read_timeout_s, write=read_timeout_s, pool=connect_timeout_s)
+        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client: httpx.AsyncClient | None = None
+        self._running = 0
+        self._ttft_ewma: float | None = None
+
+    # -- Backend protocol ---------------------------------------------------------------------
+
+    def models(self) -> list[ModelCard]:
+        return [ModelCard(id=self.name, owned_by="upstream")]
+
+    async def start(self) -> None:
+        self._ensure_client()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def health(self) -> Health:
+        try:
+            resp = await self._ensure_client().get("/models", headers=self._headers, timeout=2.0)
+        except httpx.HTTPError as exc:
+            return Health(ok=False, detail=f"{type(exc).__name__}: {exc}")
+        return Health(ok=resp.status_code == 200, detail=f"GET /models -> {resp.status_code}")
+
+    def load(self) -> Load:
+        return Load(running=self._running, ttft_ms_ewma=self._ttft_ewma)
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        client = self._ensure_client()
+        path = "/chat/completions" if req.kind == "chat" else "/completions"
+        body = orjson.dumps(self._upstream_body(req))
+        t0 = time.perf_counter()
+        self._running += 1
+        try:
+            async with client.stream("POST", path, content=body, headers=self._headers) as resp:
+                if resp.status_code >= 400:
+                    raise await _error_from_response(resp, self.name)
+                if resp.headers.get("content-type", "").startswith("application/json"):
+                    # The upstream ignored stream=true: one whole response.
+                    for delta in deltas_from_chunk(orjson.loads(await resp.aread()), req.kind):
+                        yield delta
+                    return
+                first = True
+                async for delta in self._parse_stream(resp, req.kind):
+                    if first:
+                        first = False
+                        self._record_ttft((time.perf_counter() - t0) * 1000.0)
+                    yield delta
+        except httpx.ConnectError as exc:
+            raise BackendUnavailableError(f"upstream '{self.name}' is unreachable: {exc}") from exc
+        except httpx.TimeoutException as exc:
+            raise BackendTimeoutError(f"upstream '{self.name}' timed out ({type(exc).__name__})") from exc
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise UpstreamError(f"upstream '{self.name}' broke the connection mid-response: {exc}") from exc
+        finally:
+            self._running -= 1
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _ensure_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url, timeout=self._timeout, limits=self._limits, http2=False
+            )
+        return self._client
+
+    def _upstream_body(self, req: GenerationRequest) -> dict[str, Any]:
+        body = dict(req.raw) if req.raw else _body_from_options(req)
+        body["model"] = self.upstream_model or req.model
+        body["stream"] = True
+        # Always ask for usage; the gateway drops it when the client did not.
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        return body
+
+    async def _parse_stream(self, resp: httpx.Response, kind: str) -> AsyncIterator[Delta]:
+        parser = SSEParser()
+        finished = False
+        async for chunk in resp.aiter_raw():
+            for data in parser.feed(chunk):
+                if data == b"[DONE]":
+                    return
+                for delta in self._decode(data, kind):
+                    finished = finished or delta.finish_reason is not None
+                    yield delta
+        for data in parser.flush():
+            if data == b"[DONE]":
+                return
+            for delta in self._decode(data, kind):
+                finished = finished or delta.finish_reason is not None
+                yield delta
+        if not finished:
+            raise UpstreamError(f"upstream '{self.name}' ended the stream before it finished")
+
+    def _decode(self, data: bytes, kind: str) -> list[Delta]:
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise UpstreamError(f"upstream '{self.name}' sent an unparseable event: {data[:200]!r}") from exc
+        if not isinstance(obj, dict):
+            raise UpstreamError(f"upstream '{self.name}' sent a non-object event")
+        if "error" in obj:
+            raise _error_from_body(obj, 502, self.name, {})
+        return deltas_from_chunk(obj, kind)
+
+    def _record_ttft(self, ms: float) -> None:
+        prev = self._ttft_ewma
+        self._ttft_ewma = ms if prev is None else prev + _EWMA_ALPHA * (ms - prev)
+
+
+def _body_from_options(req: GenerationRequest) -> dict[str, Any]:
+    """A request body for callers that built a GenerationRequest by hand (no raw JSON)."""
+    o = req.options
+    body: dict[str, Any] = {"n": o.n, "temperature": o.temperature, "top_p": o.top_p}
+    if req.kind == "chat":
+        body["messages"] = req.messages or []
+        if o.logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = o.top_logprobs
+    else:
+        body["prompt"] = req.prompt if req.prompt is not None else ""
+        if o.logprobs:
+            body["logprobs"] = o.top_logprobs
+    optional = {
+        "max_tokens": o.max_tokens,
+        "seed": o.seed,
+        "stop": o.stop or None,
+        "presence_penalty": o.presence_penalty or None,
+        "frequency_penalty": o.frequency_penalty or None,
+    }
+    body.update({k: v for k, v in optional.items() if v is not None})
+    return body
+
+
+async def _error_from_response(resp: httpx.Response, name: str) -> BlinkError:
+    raw = b""
+    async for chunk in resp.aiter_raw():
+        raw += chunk
+        if len(raw) > _MAX_ERROR_BODY:
+            break
+    headers = {"retry-after": resp.headers["retry-after"]} if "retry-after" in resp.headers else {}
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        obj = {}
+    if not isinstance(obj, dict):
+        obj = {}
+    if "error" not in obj:
+        obj = {"error": {"message": raw[:500].decode("utf-8", "replace") or resp.reason_phrase}}
+    return _error_from_body(obj, resp.status_code, name, headers)
+
+
+def _error_from_body(obj: dict[str, Any], status: int, name: str, headers: dict[str, str]) -> BlinkError:
+    err = obj.get("error")
+    if not isinstance(err, dict):
+        err = {"message": str(err)}
+    message = str(err.get("message") or f"upstream '{name}' failed with status {status}")
+    param = err.get("param")
+    code = err.get("code")
+    if 400 <= status < 500:
+        return UpstreamClientError(
+            message,
+            status=status,
+            error_type=err.get("type"),
+            param=param if isinstance(param, str) else None,
+            code=str(code) if code is not None else None,
+            headers=headers,
+        )
+    if status == 503:
+        return BackendUnavailableError(f"upstream '{name}': {message}", headers=headers)
+    return UpstreamError(f"upstream '{name}' failed ({status}): {message}")

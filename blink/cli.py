@@ -1,0 +1,211 @@
+"""``blink`` command line: ``serve``, ``chat`` and ``models list|download``."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from blink.config import ConfigError, load_settings
+
+app = typer.Typer(help="Blink: a real-time, OpenAI-compatible LLM inference server.", no_args_is_help=True)
+models_app = typer.Typer(help="List or download models.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+_DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+@app.command()
+def serve(
+    model: Annotated[str | None, typer.Option(help="Embedded model: Hugging Face id or local folder.")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address [default: 127.0.0.1].")] = None,
+    port: Annotated[int | None, typer.Option(help="Port [default: 8000].")] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML config file (flags > BLINK_* env > file).")] = None,
+    dtype: Annotated[str | None, typer.Option(help="float32 | bfloat16 | float16 | auto.")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu | cuda | cuda:N.")] = None,
+    kv_cache_memory: Annotated[str | None, typer.Option(help="KV cache size, e.g. 512MiB or 2GB.")] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="Max sequences per engine step.")] = None,
+    max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per engine step.")] = None,
+    max_model_len: Annotated[int | None, typer.Option(help="Context length cap (0 = model's).")] = None,
+    threads: Annotated[int | None, typer.Option(help="Engine torch threads (0 = torch default).")] = None,
+    no_prefix_caching: Annotated[bool, typer.Option("--no-prefix-caching", help="Disable prefix caching.")] = False,
+    no_chunked_prefill: Annotated[bool, typer.Option("--no-chunked-prefill", help="Disable chunked prefill.")] = False,
+    upstream: Annotated[str | None, typer.Option(help="Serve an OpenAI-compatible upstream (base URL ending in /v1).")] = None,
+    upstream_model: Annotated[str | None, typer.Option(help="Model id to request upstream.")] = None,
+    upstream_api_key_env: Annotated[str | None, typer.Option(help="Env var holding the upstream API key.")] = None,
+    served_model_name: Annotated[str | None, typer.Option(help="Model id clients use.")] = None,
+    max_concurrent_streams: Annotated[int | None, typer.Option(help="Generation requests in flight before 503.")] = None,
+    max_body_bytes: Annotated[str | None, typer.Option(help="Request body limit, e.g. 1MiB.")] = None,
+    log_level: Annotated[str | None, typer.Option(help="critical|error|warning|info|debug|trace.")] = None,
+) -> None:
+    """Start the OpenAI-compatible server."""
+    from blink.serve import EmbeddedBackendMissingError, run
+
+    server = _given(
+        host=host,
+        port=port,
+        max_concurrent_streams=max_concurrent_streams,
+        max_body_bytes=max_body_bytes,
+        log_level=log_level,
+    )
+    model_flags = _given(
+        name=served_model_name,
+        model=model,
+        dtype=dtype,
+        device=device,
+        kv_cache_memory_bytes=kv_cache_memory,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        threads=threads,
+        enable_prefix_caching=False if no_prefix_caching else None,
+        enable_chunked_prefill=False if no_chunked_prefill else None,
+        base_url=upstream,
+        upstream_model=upstream_model,
+        api_key_env=upstream_api_key_env,
+    )
+    if upstream is not None:
+        model_flags["kind"] = "openai_http"
+    try:
+        settings = load_settings(config, server=server, model=model_flags)
+        run(settings)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    except EmbeddedBackendMissingError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def chat(
+    base_url: Annotated[str, typer.Option(help="OpenAI-compatible base URL.")] = _DEFAULT_BASE_URL,
+    model: Annotated[str | None, typer.Option(help="Model id [default: the server's first].")] = None,
+    api_key: Annotated[str | None, typer.Option(help="API key [default: $OPENAI_API_KEY].")] = None,
+    system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Max tokens per answer.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+) -> None:
+    """Streaming chat: one user turn per stdin line; prints TTFT and tokens/s after each answer."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "none")
+    try:
+        model = model or client.models.list().data[0].id
+    except (openai.APIError, IndexError) as exc:
+        typer.echo(f"error: cannot list models at {base_url}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    history: list[dict[str, str]] = [{"role": "system", "content": system}] if system else []
+    interactive = sys.stdin.isatty()
+    while True:
+        if interactive:
+            typer.echo("> ", nl=False)
+        line = sys.stdin.readline()
+        if not line:
+            break
+        if not line.strip():
+            continue
+        history.append({"role": "user", "content": line.rstrip("\n")})
+        try:
+            answer = _stream_answer(client, model, history, max_tokens, temperature)
+        except openai.APIError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            history.pop()
+            continue
+        history.append({"role": "assistant", "content": answer})
+
+
+def _stream_answer(
+    client: Any, model: str, history: list[dict[str, str]], max_tokens: int | None, temperature: float | None
+) -> str:
+    extra = _given(max_tokens=max_tokens, temperature=temperature)
+    t0 = time.perf_counter()
+    first: float | None = None
+    parts: list[str] = []
+    chunks = 0
+    completion_tokens: int | None = None
+    stream = client.chat.completions.create(
+        model=model, messages=history, stream=True, stream_options={"include_usage": True}, **extra
+    )
+    for chunk in stream:
+        if chunk.usage is not None:
+            completion_tokens = chunk.usage.completion_tokens
+        for choice in chunk.choices:
+            text = choice.delta.content or ""
+            if text:
+                if first is None:
+                    first = time.perf_counter()
+                chunks += 1
+                parts.append(text)
+                sys.stdout.write(text)
+                sys.stdout.flush()
+    end = time.perf_counter()
+    tokens = completion_tokens if completion_tokens is not None else chunks
+    ttft_ms = ((first or end) - t0) * 1000.0
+    gen_s = end - (first or end)
+    rate = (tokens - 1) / gen_s if gen_s > 0 and tokens > 1 else 0.0
+    typer.echo(f"\n[ttft {ttft_ms:.0f} ms | {rate:.1f} tok/s | {tokens} tokens]")
+    return "".join(parts)
+
+
+@models_app.command("list")
+def models_list(
+    base_url: Annotated[str | None, typer.Option(help="List a server's models instead of the local cache.")] = None,
+    api_key: Annotated[str | None, typer.Option(help="API key for --base-url.")] = None,
+) -> None:
+    """List models served at --base-url, or those in the local Hugging Face cache."""
+    if base_url:
+        import openai
+
+        client = openai.OpenAI(base_url=base_url, api_key=api_key or os.environ.get("OPENAI_API_KEY") or "none")
+        try:
+            for m in client.models.list().data:
+                typer.echo(m.id)
+        except openai.APIError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
+        return
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        cache = scan_cache_dir()
+    except CacheNotFound:
+        typer.echo("(the local Hugging Face cache is empty)")
+        return
+    for repo in sorted(cache.repos, key=lambda r: r.repo_id):
+        if repo.repo_type == "model":
+            typer.echo(f"{repo.repo_id}\t{repo.size_on_disk_str}")
+
+
+@models_app.command("download")
+def models_download(
+    repo_id: Annotated[str, typer.Argument(help="Hugging Face model id, e.g. HuggingFaceTB/SmolLM2-135M-Instruct.")],
+    revision: Annotated[str | None, typer.Option(help="Branch, tag or commit.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Cache folder [default: HF cache].")] = None,
+) -> None:
+    """Download a model into the Hugging Face cache (with progress bars)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        path = snapshot_download(repo_id, revision=revision, cache_dir=cache_dir)
+    except Exception as exc:  # network, auth and not-found errors all end the command the same way
+        typer.echo(f"error: cannot download {repo_id}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(path)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""One ``Settings`` object for the whole server.
+
+Sources, highest precedence first:
+
+1. command-line flags (``blink serve --port 9000``), passed as ``overrides``;
+2. environment variables ``BLINK_*``, nested with ``__`` (``BLINK_SERVER__PORT=9000``,
+   ``BLINK_MODELS='[{"name": "m", "kind": "openai_http", "base_url": "..."}]'``);
+3. the YAML file given with ``--config``;
+4. the defaults below.
+
+Nested objects merge key by key across sources; lists (``models``) are replaced whole.
+Model flags (``--model``, ``--upstream``, ``--dtype``...) edit the default model (the one
+named by ``default_model``, else the first) or create it when no model is configured. With no
+model configured at all, ``blink serve`` serves one embedded model with the defaults.
+Invalid configuration raises ``ConfigError`` naming the field, before anything starts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40,
+}  # fmt: skip
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message names the offending field(s)."""
+
+
+def parse_bytes(value: Any) -> Any:
+    """``"512MiB"`` -> 536870912; ints pass through; anything else is left for pydantic to reject."""
+    if isinstance(value, str):
+        match = _SIZE_RE.match(value)
+        if match is None or match.group(2).lower() not in _UNITS:
+            raise ValueError(f"not a byte size: {value!r} (try '512MiB' or '2GB')")
+        return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    return value
+
+
+ByteSize = Annotated[int, BeforeValidator(parse_bytes), Field(gt=0)]
+
+
+class ServerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    # 1 MiB holds a ~250k-character conversation; larger bodies are almost always mistakes.
+    max_body_bytes: ByteSize = 1_048_576
+    # Generation requests in flight (streamed or not) before new ones get 503 + retry-after.
+    max_concurrent_streams: int = Field(256, ge=1)
+    # Upper bound on max_tokens / max_completion_tokens a client may ask for.
+    max_tokens_limit: int = Field(32_768, ge=1)
+    # Whole-request deadline handed to backends (seconds); None = no deadline.
+    request_timeout_s: float | None = Field(600.0, gt=0)
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+
+
+class ModelSettings(BaseModel):
+    """One served model: the embedded engine or an OpenAI-compatible upstream."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # The id clients put in ``model``; defaults to ``upstream_model`` or ``model``.
+    name: str = ""
+    kind: Literal["embedded", "openai_http"] = "embedded"
+    # embedded: Hugging Face id or local folder.
+    model: str | None = None
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
+    device: str = "cpu"
+    kv_cache_memory_bytes: ByteSize = 512 * 1024 * 1024
+    block_size: int = Field(16, ge=1)
+    max_num_seqs: int = Field(64, ge=1)
+    max_num_batched_tokens: int = Field(1024, ge=1)
+    # 0 = the model's max_position_embeddings.
+    max_model_len: int = Field(0, ge=0)
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    # 0 = torch's default.
+    threads: int = Field(0, ge=0)
+    # openai_http: upstream base URL (".../v1"), API key from an env var, model id upstream.
+    base_url: str | None = None
+    api_key_env: str | None = None
+    upstream_model: str | None = None
+    connect_timeout_s: float = Field(5.0, gt=0)
+    read_timeout_s: float = Field(300.0, gt=0)
+    max_connections: int = Field(256, ge=1)
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> ModelSettings:
+        if self.kind == "embedded" and not self.model:
+            self.model = DEFAULT_EMBEDDED_MODEL
+        if self.kind == "openai_http" and not self.base_url:
+            raise ValueError("an openai_http model needs 'base_url'")
+        if not self.name:
+            self.name = self.upstream_model or self.model or "default"
+        return self
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="BLINK_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    server: ServerSettings = ServerSettings()
+    models: list[ModelSettings] = Field(default_factory=list)
+    default_model: str | None = None
+
+    @model_validator(mode="after")
+    def _check_models(self) -> Settings:
+        if not self.models:
+            self.models = [ModelSettings()]
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be unique, got {names}")
+        if self.default_model is not None and self.default_model not in names:
+            raise ValueError(f"default_model {self.default_model!r} is not one of {names}")
+        return self
+
+
+# Flags that edit the default model rather than the server.
+MODEL_FLAGS = frozenset(ModelSettings.model_fields)
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    server: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
+    default_model: str | None = None,
+) -> Settings:
+    """Build ``Settings`` from flags (``server``/``model`` overrides) > env > YAML > defaults."""
+    yaml_data = _read_yaml(config_file) if config_file else {}
+    init: dict[str, Any] = {}
+    if server:
+        init["server"] = server
+    if default_model is not None:
+        init["default_model"] = default_model
+    try:
+        settings = _settings_with_yaml(yaml_data)(**init)
+        if model:
+            settings = _apply_model_flags(settings, model)
+        return Settings.model_validate(settings.model_dump())
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc)) from None
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    lines = ["invalid configuration:"]
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(settings)"
+        lines.append(f"  {field}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def _settings_with_yaml(yaml_data: dict[str, Any]) -> type[Settings]:
+    """A ``Settings`` subclass whose lowest-precedence source is the YAML mapping."""
+
+    class _Layered(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (init_settings, env_settings, InitSettingsSource(settings_cls, yaml_data))
+
+    return _Layered
+
+
+def _apply_model_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
+    models = [m.model_dump() for m in settings.models]
+    index = 0
+    if settings.default_model is not None:
+        index = next(i for i, m in enumerate(models) if m["name"] == settings.default_model)
+    target = models[index]
+    derived_name = target["name"] in (target["upstream_model"], target["model"], "default")
+    if flags.get("kind", target["kind"]) != target["kind"]:
+        # Switching kind (e.g. --upstream over the embedded default): start from that kind's defaults.
+        target = {} if derived_name else {"name": target["name"]}
+    if derived_name and "name" not in flags:
+        target.pop("name", None)
+    target.update(flags)
+    new_model = ModelSettings.model_validate(target)
+    models[index] = new_model.model_dump()
+    data = settings.model_dump()
+    data["models"] = models
+    if settings.default_model is not None:
+        data["default_model"] = new_model.name
+    return Settings.model_validate(data)

@@ -1,0 +1,80 @@
+"""Deltas -> one non-streamed ``chat.completion`` / ``text_completion`` response body."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from blink.backends.base import Delta, TokenLogprob, Usage
+from blink.gateway.logprobs_format import chat_logprobs, completion_logprobs
+from blink.gateway.streaming import usage_dict
+
+
+@dataclass(slots=True)
+class _Choice:
+    parts: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+
+
+class ResponseAggregator:
+    """Collects every delta of a request, then renders the OpenAI response object."""
+
+    def __init__(self, kind: str, n: int, want_logprobs: bool) -> None:
+        self._kind = kind
+        self._want_logprobs = want_logprobs
+        self._choices = [_Choice() for _ in range(n)]
+        self.usage: Usage | None = None
+
+    def add(self, d: Delta) -> None:
+        while d.index >= len(self._choices):
+            self._choices.append(_Choice())
+        choice = self._choices[d.index]
+        if d.text:
+            choice.parts.append(d.text)
+        if d.logprobs:
+            choice.logprobs.extend(d.logprobs)
+        if d.tool_calls:
+            _merge_tool_calls(choice.tool_calls, d.tool_calls)
+        if d.finish_reason is not None:
+            choice.finish_reason = d.finish_reason
+        if d.usage is not None:
+            self.usage = d.usage
+
+    def render(self, request_id: str, model: str, created: int) -> dict[str, Any]:
+        chat = self._kind == "chat"
+        choices = [self._chat_choice(i, c) if chat else self._text_choice(i, c) for i, c in enumerate(self._choices)]
+        return {
+            "id": request_id,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": created,
+            "model": model,
+            "choices": choices,
+            "usage": usage_dict(self.usage),
+        }
+
+    def _chat_choice(self, index: int, c: _Choice) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(c.parts), "refusal": None}
+        if c.tool_calls:
+            message["tool_calls"] = [c.tool_calls[k] for k in sorted(c.tool_calls)]
+            message["content"] = message["content"] or None
+        logprobs = {"content": chat_logprobs(c.logprobs), "refusal": None} if self._want_logprobs else None
+        return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": c.finish_reason}
+
+    def _text_choice(self, index: int, c: _Choice) -> dict[str, Any]:
+        logprobs = completion_logprobs(c.logprobs, 0) if self._want_logprobs else None
+        return {"index": index, "text": "".join(c.parts), "logprobs": logprobs, "finish_reason": c.finish_reason}
+
+
+def _merge_tool_calls(acc: dict[int, dict[str, Any]], fragments: list[dict[str, Any]]) -> None:
+    """Streamed tool calls arrive in pieces keyed by ``index``; arguments concatenate."""
+    for frag in fragments:
+        slot = acc.setdefault(
+            frag.get("index", len(acc)), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        )
+        if frag.get("id"):
+            slot["id"] = frag["id"]
+        fn = frag.get("function") or {}
+        slot["function"]["name"] += fn.get("name") or ""
+        slot["function"]["arguments"] += fn.get("arguments") or ""

@@ -1,0 +1,189 @@
+"""The ASGI response that runs one generation and delivers it as SSE or as one JSON body.
+
+Headers wait for the first delta, so anything that fails before it (context too long,
+upstream 4xx, backend down) is a proper JSON error with the right status. After the first
+delta a failure ends the stream with an SSE error event, never a silent truncation. A
+client disconnect cancels the generation at once and closes the backend's iterator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from blink.backends.base import Backend, Delta, GenerationRequest, Usage
+from blink.gateway.aggregate import ResponseAggregator
+from blink.gateway.errors import error_messages
+from blink.gateway.streaming import DONE, ChunkEncoder, error_event
+from blink.obs.metrics import GatewayMetrics
+from blink.protocol.errors import BackendTimeoutError, BlinkError, InternalServerError
+
+log = logging.getLogger("blink.gateway")
+
+# Status recorded for requests whose client went away (nginx's convention).
+_CLIENT_CLOSED = 499
+
+
+class GenerationResponse(Response):
+    def __init__(
+        self,
+        backend: Backend,
+        req: GenerationRequest,
+        *,
+        stream: bool,
+        include_usage: bool,
+        t0: float,
+        metrics: GatewayMetrics,
+        timeout_s: float | None,
+    ) -> None:
+        super().__init__()
+        self._backend = backend
+        self._req = req
+        self._stream = stream
+        self._include_usage = include_usage
+        self._t0 = t0
+        self._metrics = metrics
+        self._timeout_s = timeout_s
+        self._endpoint = "chat" if req.kind == "chat" else "completions"
+        self._started = False
+        self._status = 200
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        disconnected = False
+
+        def on_disconnect(fut: asyncio.Future[None]) -> None:
+            nonlocal disconnected
+            if not fut.cancelled() and fut.exception() is None and task is not None:
+                disconnected = True
+                task.cancel()
+
+        watch = asyncio.ensure_future(_wait_for_disconnect(receive))
+        watch.add_done_callback(on_disconnect)
+        try:
+            await self._run(send)
+        except asyncio.CancelledError:
+            if not disconnected or task is None or task.uncancel() > 0:
+                raise
+            self._status = _CLIENT_CLOSED
+            self._metrics.disconnects.inc()
+        finally:
+            watch.remove_done_callback(on_disconnect)
+            watch.cancel()
+            self._metrics.requests.labels(self._endpoint, str(self._status)).inc()
+
+    async def _run(self, send: Send) -> None:
+        it = self._backend.stream(self._req)
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                if self._stream:
+                    await self._send_stream(it, send)
+                else:
+                    await self._send_whole(it, send)
+        except TimeoutError:
+            await self._fail(send, BackendTimeoutError(f"The request did not finish within {self._timeout_s:g} s."))
+        finally:
+            aclose = getattr(it, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _send_stream(self, it: AsyncIterator[Delta], send: Send) -> None:
+        try:
+            first: Delta | None = await anext(it)
+        except StopAsyncIteration:
+            first = None
+        except BlinkError as err:
+            await self._fail(send, err)
+            return
+        except Exception:
+            log.exception("backend %s failed before the first token", self._backend.name)
+            await self._fail(send, InternalServerError("The backend failed before the first token."))
+            return
+        await send(self._start_message(b"text/event-stream", None))
+        self._started = True
+        req = self._req
+        enc = ChunkEncoder(req.kind, req.request_id, req.model, int(time.time()), self._include_usage)
+        usage: Usage | None = None
+        try:
+            if first is not None:
+                usage = await _emit(enc, first, send, usage)
+                async for delta in it:
+                    usage = await _emit(enc, delta, send, usage)
+        except BlinkError as err:
+            await self._fail(send, err)
+            return
+        except Exception:
+            log.exception("backend %s failed mid-stream", self._backend.name)
+            await self._fail(send, InternalServerError("The backend failed mid-stream."))
+            return
+        tail = enc.usage(usage) + DONE if self._include_usage else DONE
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    async def _send_whole(self, it: AsyncIterator[Delta], send: Send) -> None:
+        req = self._req
+        agg = ResponseAggregator(req.kind, req.options.n, req.options.logprobs)
+        ttft: float | None = None
+        try:
+            async for delta in it:
+                if ttft is None:
+                    ttft = self._ttft_ms()
+                agg.add(delta)
+        except BlinkError as err:
+            await self._fail(send, err)
+            return
+        except Exception:
+            log.exception("backend %s failed", self._backend.name)
+            await self._fail(send, InternalServerError("The backend failed."))
+            return
+        body = orjson.dumps(agg.render(req.request_id, req.model, int(time.time())))
+        await send(self._start_message(b"application/json", ttft, len(body)))
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _ttft_ms(self) -> float:
+        ms = (time.perf_counter() - self._t0) * 1000.0
+        self._metrics.ttft.labels(self._endpoint).observe(ms / 1000.0)
+        return ms
+
+    def _start_message(self, content_type: bytes, ttft_ms: float | None, length: int | None = None) -> Message:
+        if ttft_ms is None and self._stream:
+            ttft_ms = self._ttft_ms()
+        headers = [
+            (b"content-type", content_type),
+            (b"x-blink-backend", self._backend.name.encode()),
+            (b"x-blink-ttft-ms", f"{ttft_ms or 0.0:.2f}".encode()),
+            (b"x-request-id", self._req.request_id.encode()),
+        ]
+        if length is None:
+            headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+        else:
+            headers.append((b"content-length", str(length).encode()))
+        return {"type": "http.response.start", "status": 200, "headers": headers}
+
+    async def _fail(self, send: Send, err: BlinkError) -> None:
+        self._status = err.status
+        if self._started:
+            await send({"type": "http.response.body", "body": error_event(err), "more_body": False})
+            return
+        self._started = True
+        for message in error_messages(err):
+            await send(message)
+
+
+async def _emit(enc: ChunkEncoder, delta: Delta, send: Send, usage: Usage | None) -> Usage | None:
+    chunk = enc.encode(delta)
+    if chunk is not None:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    return delta.usage if delta.usage is not None else usage
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -1,0 +1,95 @@
+"""Raw body bytes -> a validated wire model, with OpenAI's error wording and ``param`` paths."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from blink.protocol.errors import InvalidRequestError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        raise InvalidRequestError("The request body is empty; expected a JSON object.", code="invalid_json")
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(
+            f"We could not parse the JSON body of your request ({exc}). The body must be a JSON object.",
+            code="invalid_json",
+        ) from None
+    if not isinstance(data, dict):
+        raise InvalidRequestError(
+            f"The request body must be a JSON object, not {type(data).__name__}.", code="invalid_json"
+        )
+    return data
+
+
+def validate(model: type[M], data: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _to_blink_error(exc, model) from None
+
+
+def _to_blink_error(exc: ValidationError, model: type[BaseModel]) -> InvalidRequestError:
+    errors = exc.errors(include_url=False)
+    # OpenAI reports unknown arguments before anything else.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    param = param_path(err["loc"], _field_names(model))
+    if err["type"] == "extra_forbidden":
+        return InvalidRequestError(
+            f"Unrecognized request argument supplied: {param}", param=param, code="unrecognized_argument"
+        )
+    if err["type"] == "missing":
+        return InvalidRequestError(
+            f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+        )
+    msg = err["msg"].removeprefix("Value error, ")
+    code = "invalid_type" if err["type"].endswith("_type") else "invalid_value"
+    return InvalidRequestError(f"Invalid value for '{param}': {msg}.", param=param or None, code=code)
+
+
+def param_path(loc: tuple[int | str, ...], fields: frozenset[str]) -> str:
+    """``('messages', 0, 'content', 'str')`` -> ``messages[0].content`` (union tags dropped)."""
+    out = ""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif i == 0 or part in fields:
+            out += f".{part}" if out else part
+        else:
+            break
+    return out
+
+
+@functools.cache
+def _field_names(model: type[BaseModel]) -> frozenset[str]:
+    """Every field name in ``model`` and the models nested in it (to tell them from union tags)."""
+    names: set[str] = set()
+    _collect(model, names, set())
+    return frozenset(names)
+
+
+def _collect(model: type[BaseModel], names: set[str], seen: set[type]) -> None:
+    if model in seen:
+        return
+    seen.add(model)
+    for name, info in model.model_fields.items():
+        names.add(name)
+        for sub in _nested_models(info.annotation):
+            _collect(sub, names, seen)
+
+
+def _nested_models(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found += _nested_models(arg)
+    return found

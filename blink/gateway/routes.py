@@ -1,0 +1,88 @@
+"""HTTP endpoints: generation, model list, liveness/readiness and metrics."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from blink.backends.registry import BackendRegistry
+from blink.config import ServerSettings
+from blink.gateway.generation_response import GenerationResponse
+from blink.gateway.request_mapping import chat_request, completion_request
+from blink.gateway.request_parsing import parse_json_object, validate
+from blink.obs.metrics import GatewayMetrics
+from blink.protocol.chat import ChatCompletionRequest
+from blink.protocol.completions import CompletionRequest
+
+
+def _json(obj: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
+
+
+def build_router(registry: BackendRegistry, settings: ServerSettings, metrics: GatewayMetrics) -> APIRouter:
+    router = APIRouter()
+    started = int(time.time())
+
+    @router.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        t0 = time.perf_counter()
+        raw = parse_json_object(await request.body())
+        body = validate(ChatCompletionRequest, raw)
+        backend = registry.resolve(body.model)
+        model = body.model or registry.default_model()
+        req = chat_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s)
+        return GenerationResponse(
+            backend,
+            req,
+            stream=bool(body.stream),
+            include_usage=bool(body.stream_options and body.stream_options.include_usage),
+            t0=t0,
+            metrics=metrics,
+            timeout_s=settings.request_timeout_s,
+        )
+
+    @router.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        t0 = time.perf_counter()
+        raw = parse_json_object(await request.body())
+        body = validate(CompletionRequest, raw)
+        backend = registry.resolve(body.model)
+        model = body.model or registry.default_model()
+        req = completion_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s)
+        return GenerationResponse(
+            backend,
+            req,
+            stream=bool(body.stream),
+            include_usage=bool(body.stream_options and body.stream_options.include_usage),
+            t0=t0,
+            metrics=metrics,
+            timeout_s=settings.request_timeout_s,
+        )
+
+    @router.get("/v1/models")
+    async def list_models() -> Response:
+        data = [
+            {"id": c.id, "object": "model", "created": started, "owned_by": c.owned_by, "max_model_len": c.max_model_len}
+            for c in registry.model_cards()
+        ]
+        return _json({"object": "list", "data": data})
+
+    @router.get("/health")
+    async def health() -> Response:
+        return _json({"status": "ok"})
+
+    @router.get("/ready")
+    async def ready() -> Response:
+        results = await registry.health_all()
+        ok = all(h.ok for h in results.values())
+        backends = {name: {"ok": h.ok, "detail": h.detail} for name, h in results.items()}
+        return _json({"status": "ready" if ok else "not_ready", "backends": backends}, 200 if ok else 503)
+
+    @router.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    return router

@@ -1,0 +1,39 @@
+"""A real upstream and a real gateway (openai_http backend in front of it), both on sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from live_server import LiveServer
+from upstream_server import FakeUpstream
+
+from blink.config import ModelSettings, ServerSettings, Settings
+from blink.serve import build_app
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[FakeUpstream]:
+    up = FakeUpstream(tokens=8)
+    with LiveServer(up) as server:
+        up.base_url = f"{server.url}/v1"
+        yield up
+
+
+def gateway_settings(upstream: FakeUpstream, **server: object) -> Settings:
+    return Settings(
+        server=ServerSettings(**server),  # type: ignore[arg-type]
+        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+    )
+
+
+@pytest.fixture(scope="session")
+def gateway(upstream: FakeUpstream) -> Iterator[LiveServer]:
+    with LiveServer(build_app(gateway_settings(upstream, max_tokens_limit=4096))) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _reset_upstream(upstream: FakeUpstream) -> None:
+    upstream.defaults = {"tokens": 8, "delay": 0.0}
+    upstream.cancelled_event.clear()
