@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
-Arch = Literal["llama", "qwen2", "qwen3"]
+Arch = Literal["llama", "qwen2", "qwen3", "mistral"]
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 EOS_TOKEN = "<|im_end|>"
@@ -138,14 +138,14 @@ def build_tiny_checkpoint(
 ) -> Path:
     """Build a random ``arch`` checkpoint + tokenizer in ``out_dir`` and return it.
 
-    ``tie_word_embeddings`` defaults to False for Llama and True for Qwen2/Qwen3 (as their small
+    ``tie_word_embeddings`` defaults to False for Llama/Mistral and True for Qwen2/Qwen3 (as their small
     releases do). ``tokenizer_dir`` reuses an existing tokenizer folder instead of writing a new one.
     """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
-    if arch not in ("llama", "qwen2", "qwen3"):
-        raise ValueError(f"unknown tiny architecture {arch!r}; expected llama, qwen2 or qwen3")
+    if arch not in ("llama", "qwen2", "qwen3", "mistral"):
+        raise ValueError(f"unknown tiny architecture {arch!r}; expected llama, qwen2, qwen3 or mistral")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if tokenizer_dir is not None:
@@ -161,7 +161,7 @@ def build_tiny_checkpoint(
     eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     if tie_word_embeddings is None:
-        tie_word_embeddings = arch != "llama"
+        tie_word_embeddings = arch in ("qwen2", "qwen3")
 
     kwargs: dict[str, object] = {
         "vocab_size": len(tokenizer),
