@@ -103,7 +103,8 @@ class Sequence:
         if n_out <= 0:
             return None
         last = self.token_ids[-1]
-        if n_out >= self.params.min_tokens:
+        # min_tokens counts tokens before the stop: the sampler masks EOS while fewer exist.
+        if n_out > self.params.min_tokens:
             if not self.params.ignore_eos and last in self.eos_token_ids:
                 return "stop"
             if last in self.params.stop_token_ids:

@@ -1,0 +1,90 @@
+"""Tokenizer: encode/decode, ChatML template, eos ids, template errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from blink.engine.errors import InvalidParameterError
+from blink.engine.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_tokenizer_dir: Path) -> Tokenizer:
+    return Tokenizer.from_pretrained(tiny_tokenizer_dir)
+
+
+def test_round_trip_and_vocab(tok: Tokenizer) -> None:
+    text = "def f(x):\n    return 'héllo 世界 🎉'\n"
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert tok.encode(text) == list(tok.hf.encode(text))
+    assert tok.vocab_size == 512
+    assert tok.id_to_token(ids[0]) is not None
+    assert tok.id_to_token(10**6) is None
+
+
+def test_eos_and_special_tokens(tok: Tokenizer) -> None:
+    im_end = tok.hf.convert_tokens_to_ids("<|im_end|>")
+    assert im_end in tok.eos_token_ids
+    assert im_end in tok.all_special_ids
+    assert tok.decode([im_end]) == ""
+    assert tok.decode([im_end], skip_special_tokens=False) == "<|im_end|>"
+
+
+def test_generation_config_eos_ids_are_added(tiny_tokenizer_dir: Path, tmp_path: Path) -> None:
+    d = tmp_path / "tok"
+    shutil.copytree(tiny_tokenizer_dir, d)
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": [0, 2]}))
+    t = Tokenizer.from_pretrained(d)
+    assert {0, 2} <= t.eos_token_ids
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
+    assert 1 in Tokenizer.from_pretrained(d).eos_token_ids
+
+
+def test_chatml_template(tok: Tokenizer) -> None:
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    text = tok.render_chat(msgs)
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
+    ids = tok.apply_chat_template(msgs)
+    assert ids == tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids, skip_special_tokens=False) == text
+    no_prompt = tok.render_chat(msgs, add_generation_prompt=False)
+    assert not no_prompt.endswith("assistant\n")
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user"}],  # no content: undefined in the template
+        [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],  # str + list
+    ],
+)
+def test_template_errors_become_invalid_parameter(tok: Tokenizer, messages: list) -> None:
+    with pytest.raises(InvalidParameterError) as exc:
+        tok.apply_chat_template(messages)
+    assert exc.value.param == "messages"
+
+
+def test_raise_exception_in_template(tiny_tokenizer_dir: Path) -> None:
+    t = Tokenizer.from_pretrained(tiny_tokenizer_dir)
+    t.hf.chat_template = (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    )
+    assert t.render_chat([{"role": "user", "content": "x"}], add_generation_prompt=False) == "x"
+    with pytest.raises(InvalidParameterError, match="System role not supported") as exc:
+        t.apply_chat_template([{"role": "system", "content": "x"}])
+    assert exc.value.param == "messages"
+
+
+def test_missing_template_is_invalid_parameter(tiny_tokenizer_dir: Path) -> None:
+    t = Tokenizer.from_pretrained(tiny_tokenizer_dir)
+    t.hf.chat_template = None
+    with pytest.raises(InvalidParameterError):
+        t.apply_chat_template([{"role": "user", "content": "x"}])
