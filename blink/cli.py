@@ -26,8 +26,8 @@ def _given(**values: Any) -> dict[str, Any]:
 @app.command()
 def serve(
     model: Annotated[str | None, typer.Option(help="Embedded model: Hugging Face id or local folder.")] = None,
-    host: Annotated[str | None, typer.Option(help="Bind address [default: 127.0.0.1].")] = None,
-    port: Annotated[int | None, typer.Option(help="Port [default: 8000].")] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (default: 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: 8000).")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML config file (flags > BLINK_* env > file).")] = None,
     dtype: Annotated[str | None, typer.Option(help="float32 | bfloat16 | float16 | auto.")] = None,
     device: Annotated[str | None, typer.Option(help="cpu | cuda | cuda:N.")] = None,
@@ -88,8 +88,8 @@ def serve(
 @app.command()
 def chat(
     base_url: Annotated[str, typer.Option(help="OpenAI-compatible base URL.")] = _DEFAULT_BASE_URL,
-    model: Annotated[str | None, typer.Option(help="Model id [default: the server's first].")] = None,
-    api_key: Annotated[str | None, typer.Option(help="API key [default: $OPENAI_API_KEY].")] = None,
+    model: Annotated[str | None, typer.Option(help="Model id (default: the server's first).")] = None,
+    api_key: Annotated[str | None, typer.Option(help="API key (default: $OPENAI_API_KEY).")] = None,
     system: Annotated[str | None, typer.Option(help="System prompt.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Max tokens per answer.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
@@ -190,7 +190,7 @@ def models_list(
 def models_download(
     repo_id: Annotated[str, typer.Argument(help="Hugging Face model id, e.g. HuggingFaceTB/SmolLM2-135M-Instruct.")],
     revision: Annotated[str | None, typer.Option(help="Branch, tag or commit.")] = None,
-    cache_dir: Annotated[Path | None, typer.Option(help="Cache folder [default: HF cache].")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Cache folder (default: HF cache).")] = None,
 ) -> None:
     """Download a model into the Hugging Face cache (with progress bars)."""
     from huggingface_hub import snapshot_download

@@ -41,8 +41,9 @@ def _to_blink_error(exc: ValidationError, model: type[BaseModel]) -> InvalidRequ
     errors = exc.errors(include_url=False)
     # OpenAI reports unknown arguments before anything else.
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    param = param_path(err["loc"], _field_names(model))
-    if err["type"] == "extra_forbidden":
+    extra = err["type"] == "extra_forbidden"
+    param = param_path(err["loc"], _field_names(model), unknown_last=extra)
+    if extra:
         return InvalidRequestError(
             f"Unrecognized request argument supplied: {param}", param=param, code="unrecognized_argument"
         )
@@ -55,13 +56,17 @@ def _to_blink_error(exc: ValidationError, model: type[BaseModel]) -> InvalidRequ
     return InvalidRequestError(f"Invalid value for '{param}': {msg}.", param=param or None, code=code)
 
 
-def param_path(loc: tuple[int | str, ...], fields: frozenset[str]) -> str:
-    """``('messages', 0, 'content', 'str')`` -> ``messages[0].content`` (union tags dropped)."""
+def param_path(loc: tuple[int | str, ...], fields: frozenset[str], unknown_last: bool = False) -> str:
+    """``('messages', 0, 'content', 'str')`` -> ``messages[0].content`` (union tags dropped).
+
+    ``unknown_last``: the last element is an unknown field's name (kept as is).
+    """
     out = ""
+    last = len(loc) - 1
     for i, part in enumerate(loc):
         if isinstance(part, int):
             out += f"[{part}]"
-        elif i == 0 or part in fields:
+        elif i == 0 or part in fields or (unknown_last and i == last):
             out += f".{part}" if out else part
         else:
             break

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from gateway_helpers import gateway_settings
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, ServerSettings, Settings
 from blink.serve import build_app
 
 
@@ -18,13 +18,6 @@ def upstream() -> Iterator[FakeUpstream]:
     with LiveServer(up) as server:
         up.base_url = f"{server.url}/v1"
         yield up
-
-
-def gateway_settings(upstream: FakeUpstream, **server: object) -> Settings:
-    return Settings(
-        server=ServerSettings(**server),  # type: ignore[arg-type]
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
-    )
 
 
 @pytest.fixture(scope="session")

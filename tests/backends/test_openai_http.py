@@ -1,0 +1,142 @@
+"""OpenAIHTTPBackend against a real local upstream: streaming, errors, timeouts, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+
+import pytest
+from live_server import LiveServer
+from upstream_server import FakeUpstream
+
+from blink.backends.base import Delta, GenerationRequest, SamplingOptions
+from blink.backends.openai_http import OpenAIHTTPBackend
+from blink.protocol.errors import (
+    BackendTimeoutError,
+    BackendUnavailableError,
+    UpstreamClientError,
+    UpstreamError,
+)
+
+
+@pytest.fixture(scope="module")
+def up() -> Iterator[FakeUpstream]:
+    fake = FakeUpstream(tokens=4, api_key="sekrit")
+    with LiveServer(fake) as server:
+        fake.base_url = f"{server.url}/v1"
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_UPSTREAM_KEY", "sekrit")
+
+
+def backend(up: FakeUpstream, **kw: object) -> OpenAIHTTPBackend:
+    return OpenAIHTTPBackend("b", up.base_url, api_key_env="FAKE_UPSTREAM_KEY", **kw)  # type: ignore[arg-type]
+
+
+def chat(user: str = "", **raw: object) -> GenerationRequest:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **raw}
+    if user:
+        body["user"] = user
+    return GenerationRequest("r1", "m", "chat", SamplingOptions(), messages=body["messages"], raw=body)  # type: ignore[arg-type]
+
+
+async def collect(b: OpenAIHTTPBackend, req: GenerationRequest) -> list[Delta]:
+    return [d async for d in b.stream(req)]
+
+
+async def test_chat_stream_yields_deltas_and_usage(up: FakeUpstream) -> None:
+    b = backend(up, upstream_model="upstream-id")
+    deltas = await collect(b, chat())
+    assert "".join(d.text for d in deltas) == " t0 t1 t2 t3"
+    assert deltas[-1].usage is not None and deltas[-1].usage.completion_tokens == 4
+    assert [d.finish_reason for d in deltas if d.finish_reason] == ["stop"]
+    sent = up.requests[-1]
+    assert sent["model"] == "upstream-id" and sent["stream"] is True
+    assert sent["stream_options"] == {"include_usage": True}
+    await b.aclose()
+
+
+async def test_completion_from_options_only(up: FakeUpstream) -> None:
+    b = backend(up)
+    req = GenerationRequest("r2", "m", "completion", SamplingOptions(max_tokens=2, logprobs=True, top_logprobs=1),
+                            prompt="say")
+    deltas = await collect(b, req)
+    assert "".join(d.text for d in deltas) == " t0 t1"
+    assert [lp.token for d in deltas for lp in d.logprobs or []] == [" t0", " t1"]
+    assert up.requests[-1]["max_tokens"] == 2 and up.requests[-1]["logprobs"] == 1
+    await b.aclose()
+
+
+async def test_missing_key_is_upstream_401(up: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FAKE_UPSTREAM_KEY")
+    b = backend(up)
+    with pytest.raises(UpstreamClientError) as info:
+        await collect(b, chat())
+    assert info.value.status == 401 and info.value.type == "authentication_error"
+    await b.aclose()
+
+
+@pytest.mark.parametrize(
+    ("directive", "error", "status"),
+    [("fail=400", UpstreamClientError, 400), ("fail=429", UpstreamClientError, 429),
+     ("fail=500", UpstreamError, 502), ("fail=503", BackendUnavailableError, 503),
+     ("cut=2", UpstreamError, 502), ("error_after=2", UpstreamError, 502)],
+)
+async def test_upstream_failures_are_typed(up: FakeUpstream, directive: str, error: type, status: int) -> None:
+    b = backend(up)
+    with pytest.raises(error) as info:
+        await collect(b, chat(directive))
+    assert info.value.status == status
+    if directive == "fail=400":
+        assert info.value.param == "temperature" and info.value.code == "bad_value"
+    if directive == "fail=429":
+        assert info.value.headers == {"retry-after": "2"}
+    await b.aclose()
+
+
+async def test_connect_error_is_unavailable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{port}/v1", connect_timeout_s=1)
+    with pytest.raises(BackendUnavailableError):
+        await collect(b, chat())
+    assert not (await b.health()).ok
+    await b.aclose()
+
+
+async def test_read_timeout(up: FakeUpstream) -> None:
+    b = backend(up, read_timeout_s=0.3)
+    with pytest.raises(BackendTimeoutError):
+        await collect(b, chat("stall=1"))
+    await b.aclose()
+
+
+async def test_closing_the_iterator_cancels_upstream(up: FakeUpstream) -> None:
+    b = backend(up)
+    up.cancelled_event.clear()
+    before = up.cancelled
+    it = b.stream(chat("tokens=500;delay=0.02"))
+    first = await anext(it)
+    assert first.text == " t0"
+    assert b.load().running == 1
+    await it.aclose()  # type: ignore[attr-defined]
+    assert b.load().running == 0
+    for _ in range(100):
+        if up.cancelled > before:
+            break
+        await asyncio.sleep(0.02)
+    assert up.cancelled == before + 1
+    await b.aclose()
+
+
+async def test_health_and_models(up: FakeUpstream) -> None:
+    b = backend(up)
+    await b.start()
+    assert (await b.health()).ok
+    assert [c.id for c in b.models()] == ["b"]
+    await b.aclose()

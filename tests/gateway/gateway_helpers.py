@@ -1,0 +1,16 @@
+"""Settings for a gateway whose one model ("fake") is the test upstream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from upstream_server import FakeUpstream
+
+from blink.config import ModelSettings, ServerSettings, Settings
+
+
+def gateway_settings(upstream: FakeUpstream, **server: Any) -> Settings:
+    return Settings(
+        server=ServerSettings(**server),
+        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+    )
