@@ -1,13 +1,13 @@
 """Turn one row of logits per sequence into the next token (and its logprobs).
 
 Order of operations (vLLM v1): penalties -> min_tokens mask -> greedy argmax, or temperature ->
-min_p -> top_k -> top_p -> random draw. Reported logprobs are those of the *raw* model
+min_p -> top_k -> top_p (on the top-k renormalised mass) -> random draw. Reported logprobs are those of the *raw* model
 distribution (log_softmax of the logits before penalties, temperature or truncation), which is
 vLLM's default convention: they describe the model, not the sampling knobs.
 
-Random draws use the exponential race (argmax of p / q, q ~ Exp(1)), equivalent to sampling from
-p. A request with a seed draws its q from its own torch.Generator, so its tokens depend only on its
-own logits and seed, never on which other requests share the batch.
+Random draws invert the CDF with one uniform per row. A request with a seed draws its uniform
+from its own torch.Generator, so its tokens depend only on its own logits and seed, never on which
+other requests share the batch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ import torch
 
 from blink.engine.sampling_params import SamplingParams
 from blink.engine.sequence import Sequence
+
+# First top-p candidate set (topk of 256 measured 0.12 ms per 49k-token row vs 3.5 ms for a full
+# sort) and its growth factor when the nucleus is wider (flat, high-temperature distributions).
+_TOP_P_CANDIDATES = 256
+_TOP_P_GROWTH = 16
 
 
 @dataclass
@@ -65,11 +70,12 @@ def _mask_stop_tokens(logits: torch.Tensor, row: int, seq: Sequence) -> None:
 
 def _row_counts(token_lists: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
     """[len(token_lists), vocab] occurrence counts, one bincount for the whole batch."""
-    flat: list[int] = []
+    parts = []
     for r, toks in enumerate(token_lists):
-        base = r * vocab
-        flat.extend(base + t for t in toks if 0 <= t < vocab)
-    idx = torch.tensor(flat, dtype=torch.long, device=device)
+        t = torch.tensor(toks, dtype=torch.long)
+        # Ids outside the model's vocabulary (a tokenizer larger than the model) count for nothing.
+        parts.append(t[(t >= 0) & (t < vocab)] + r * vocab)
+    idx = torch.cat(parts).to(device)
     return torch.bincount(idx, minlength=len(token_lists) * vocab).view(len(token_lists), vocab)
 
 
@@ -113,15 +119,30 @@ def _sample_random(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         top_p = torch.tensor([p.top_p for p in ps], device=device)
         logits = apply_top_k_top_p(logits, k, top_p)
     probs = torch.softmax(logits, dim=-1)
-    q = torch.empty_like(probs)
-    seeded = [i for i, p in enumerate(ps) if p.seed is not None]
-    if len(seeded) < len(ps):
-        q.exponential_()
-    for i in seeded:
-        q[i].exponential_(generator=_generator(seqs[i], device))
-    # Exp(1) can return exactly 0; 0/0 would be NaN and argmax would pick a masked token.
-    q.clamp_(min=torch.finfo(q.dtype).tiny)
-    return (probs / q).argmax(dim=-1)
+    return sample_inverse_cdf(probs, _uniforms(seqs, device))
+
+
+def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One draw per row from ``probs`` given uniforms ``u`` in [0, 1).
+
+    One random number per row instead of one per vocabulary entry: on the CPU this measured
+    ~0.2 ms per 49k-token row against ~1 ms for torch.multinomial or Exp(1) noise. The CDF is
+    accumulated in float64 so tail tokens keep their weight; zero-probability tokens add an empty
+    interval and can never be drawn.
+    """
+    cdf = probs.to(torch.float64).cumsum(dim=-1)
+    target = (u.to(torch.float64) * cdf[:, -1]).unsqueeze(1)
+    picked = torch.searchsorted(cdf, target, right=True).squeeze(1)
+    return picked.clamp_(max=probs.shape[1] - 1)
+
+
+def _uniforms(seqs: list[Sequence], device: torch.device) -> torch.Tensor:
+    """Seeded rows draw from their own generator, so batch composition cannot change them."""
+    u = torch.rand(len(seqs), dtype=torch.float64, device=device)
+    for i, seq in enumerate(seqs):
+        if seq.params.seed is not None:
+            u[i] = torch.rand(1, dtype=torch.float64, device=device, generator=_generator(seq, device))[0]
+    return u
 
 
 def _generator(seq: Sequence, device: torch.device) -> torch.Generator:
@@ -139,20 +160,44 @@ def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
 
 
 def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Keep the k most likely tokens, then the smallest prefix of them whose mass reaches top_p.
+    """Keep each row's k most likely tokens, then the smallest prefix of them reaching mass top_p.
 
-    ``k`` = vocab size disables top-k and ``top_p`` = 1 disables top-p for a row.
+    ``k`` >= vocab size disables top-k and ``top_p`` = 1 disables top-p for a row. Rather than
+    sorting the whole vocabulary (3.5 ms per 49k-token row on this CPU), only the best
+    ``_TOP_P_CANDIDATES`` are taken with topk; a top-p row whose candidates hold less than top_p of
+    the mass is retried with more, so the result is exactly that of a full sort.
     """
-    sorted_logits, order = logits.sort(dim=-1, descending=True)
-    positions = torch.arange(logits.shape[1], device=logits.device).unsqueeze(0)
-    sorted_logits = sorted_logits.masked_fill(positions >= k.unsqueeze(1), -float("inf"))
-    probs = torch.softmax(sorted_logits, dim=-1)
+    vocab = logits.shape[1]
+    has_k = k < vocab
+    has_p = top_p < 1.0
+    rows = (has_k | has_p).nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return logits
+    sub, k, top_p, has_k, has_p = logits[rows], k[rows], top_p[rows], has_k[rows], has_p[rows]
+    num = int(k[has_k].max()) if bool(has_k.any()) else 0
+    if bool((has_p & ~has_k).any()):
+        num = max(num, _TOP_P_CANDIDATES)
+    # Normaliser of the distribution top-p measures: the kept top-k set, or the whole row.
+    full_lse = sub.logsumexp(dim=-1)
+    while True:
+        num = min(num, vocab)
+        vals, idx = sub.topk(num, dim=-1)
+        positions = torch.arange(num, device=sub.device).unsqueeze(0)
+        vals = vals.masked_fill(positions >= k.unsqueeze(1), -float("inf"))
+        lse = torch.where(has_k, vals.logsumexp(dim=-1), full_lse)
+        probs = (vals - lse.unsqueeze(1)).exp()
+        short = has_p & ~has_k & (probs.sum(dim=-1) < top_p)
+        if num == vocab or not bool(short.any()):
+            break
+        num *= _TOP_P_GROWTH
     mass_before = probs.cumsum(dim=-1) - probs
-    # A token is dropped once the tokens before it already reach top_p; top_p = 1 keeps all
-    # (compared against 2 so float rounding of the cumulative sum cannot drop the tail).
-    limit = torch.where(top_p < 1.0, top_p, torch.full_like(top_p, 2.0)).unsqueeze(1)
-    sorted_logits = sorted_logits.masked_fill(mass_before >= limit, -float("inf"))
-    return torch.full_like(logits, -float("inf")).scatter(1, order, sorted_logits)
+    # A token is dropped once the tokens before it already reach top_p; rows without top-p are
+    # compared against 2 so float rounding of the cumulative sum cannot drop their tail.
+    limit = torch.where(has_p, top_p, torch.full_like(top_p, 2.0)).unsqueeze(1)
+    vals = vals.masked_fill(mass_before >= limit, -float("inf"))
+    out = logits.clone()
+    out[rows] = torch.full_like(sub, -float("inf")).scatter(1, idx, vals)
+    return out
 
 
 def _with_logprobs(logits: torch.Tensor, ids: list[int], params: list[SamplingParams]) -> list[SampleResult]:

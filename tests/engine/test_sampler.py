@@ -196,3 +196,38 @@ def test_logprobs_equal_raw_log_softmax() -> None:
 def test_shape_mismatch_is_rejected() -> None:
     with pytest.raises(ValueError):
         Sampler().sample(torch.zeros(2, 4), [seq()])
+
+
+def reference_top_k_top_p(logits: torch.Tensor, k: int, top_p: float) -> torch.Tensor:
+    """Brute force: full sort, renormalise over the top k, keep until the mass reaches top_p."""
+    vals, order = logits.sort(descending=True)
+    keep = torch.zeros_like(vals, dtype=torch.bool)
+    keep[: min(k, len(vals))] = True
+    probs = torch.softmax(vals.masked_fill(~keep, NEG), -1)
+    before = 0.0
+    for j in range(len(vals)):
+        if not keep[j]:
+            break
+        if top_p < 1.0 and before >= top_p:
+            keep[j:] = False
+            break
+        before += float(probs[j])
+    out = torch.full_like(logits, NEG)
+    out[order[keep]] = logits[order[keep]]
+    return out
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 5.0])  # 0.01: nucleus far wider than 256 candidates
+def test_top_k_top_p_matches_full_sort_reference(scale: float) -> None:
+    g = torch.Generator().manual_seed(4)
+    vocab = 3000
+    settings = [(vocab, 0.9), (40, 1.0), (40, 0.5), (vocab, 0.999), (1000, 0.95), (vocab, 1.0)]
+    logits = torch.randn(len(settings), vocab, generator=g, dtype=torch.float64).float() * scale
+    k = torch.tensor([s[0] for s in settings])
+    top_p = torch.tensor([s[1] for s in settings])
+    out = apply_top_k_top_p(logits, k, top_p)
+    for row, (kk, pp) in enumerate(settings):
+        ref = reference_top_k_top_p(logits[row], kk, pp)
+        assert torch.equal(torch.isfinite(out[row]), torch.isfinite(ref)), (row, scale)
+        assert torch.equal(out[row][torch.isfinite(ref)], ref[torch.isfinite(ref)])
+    assert torch.equal(out[-1], logits[-1])  # untouched row
