@@ -76,13 +76,30 @@ class PagedAttention(nn.Module):
             outputs.append(self._prefill(q, k, v, chunk))
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
+    @staticmethod
+    def _gather(cache: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
+        """Whole blocks named by ``tables`` (any shape), as ``[tables.numel(), block_elems]``.
+
+        ``index_select`` on the 2-D view copies rows with memcpy; advanced indexing on the 4-D
+        cache was 3-7x slower on the CPU (measured: 17 blocks 23 -> 7 us, 16x17 blocks 312 -> 47 us).
+        """
+        return cache.view(cache.shape[0], -1).index_select(0, tables.reshape(-1))
+
     def _decode(self, q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         # One query per sequence: fold the query heads of each KV head into the query-length axis
         # ([B, KVH, group, D], a view), so GQA needs no K/V repeat and one masked SDPA covers all.
         batch = q.shape[0]
         tables = cast(torch.Tensor, meta.decode_block_tables)  # set whenever num_decode > 0
-        keys = self.k_cache[tables].view(batch, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        values = self.v_cache[tables].view(batch, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        keys = (
+            self._gather(self.k_cache, tables)
+            .view(batch, -1, self.num_kv_heads, self.head_dim)
+            .transpose(1, 2)
+        )
+        values = (
+            self._gather(self.v_cache, tables)
+            .view(batch, -1, self.num_kv_heads, self.head_dim)
+            .transpose(1, 2)
+        )
         query = q.view(batch, self.num_kv_heads, self.group, self.head_dim)
         out = F.scaled_dot_product_attention(
             query, keys.to(q.dtype), values.to(q.dtype), attn_mask=meta.decode_mask, scale=self.scale
@@ -102,8 +119,12 @@ class PagedAttention(nn.Module):
             )
         else:
             total = chunk.context_len + n
-            keys = self.k_cache[chunk.block_table].view(-1, self.num_kv_heads, self.head_dim)[:total]
-            values = self.v_cache[chunk.block_table].view(-1, self.num_kv_heads, self.head_dim)[:total]
+            keys = self._gather(self.k_cache, chunk.block_table).view(-1, self.num_kv_heads, self.head_dim)[
+                :total
+            ]
+            values = self._gather(self.v_cache, chunk.block_table).view(-1, self.num_kv_heads, self.head_dim)[
+                :total
+            ]
             out = F.scaled_dot_product_attention(
                 query,
                 keys.transpose(0, 1).unsqueeze(0).to(q.dtype),
