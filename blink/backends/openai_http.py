@@ -7,6 +7,7 @@ closes the upstream response, which drops the connection and tells the upstream 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
@@ -28,6 +29,8 @@ from blink.protocol.errors import (
 
 # An upstream error body bigger than this is not an error message worth reading.
 _MAX_ERROR_BODY = 64 * 1024
+# An upstream that sent [DONE] but keeps the body open gets this long before we drop it.
+_DRAIN_TIMEOUT_S = 0.5
 # EWMA weight of the newest TTFT sample (about the last ten requests).
 _EWMA_ALPHA = 0.1
 
@@ -134,9 +137,11 @@ class OpenAIHTTPBackend:
     async def _parse_stream(self, resp: httpx.Response, kind: str) -> AsyncIterator[Delta]:
         parser = SSEParser()
         finished = False
-        async for chunk in resp.aiter_raw():
+        chunks = resp.aiter_raw()
+        async for chunk in chunks:
             for data in parser.feed(chunk):
                 if data == b"[DONE]":
+                    await _drain(chunks)
                     return
                 for delta in self._decode(data, kind):
                     finished = finished or delta.finish_reason is not None
@@ -164,6 +169,17 @@ class OpenAIHTTPBackend:
     def _record_ttft(self, ms: float) -> None:
         prev = self._ttft_ewma
         self._ttft_ewma = ms if prev is None else prev + _EWMA_ALPHA * (ms - prev)
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the body's end after [DONE] so the connection goes back to the keep-alive pool
+    (a response closed early is dropped and the next request pays for a new connection)."""
+    try:
+        async with asyncio.timeout(_DRAIN_TIMEOUT_S):
+            async for _ in chunks:
+                pass
+    except (TimeoutError, httpx.HTTPError):
+        pass  # the connection is simply not reused
 
 
 def _body_from_options(req: GenerationRequest) -> dict[str, Any]:
