@@ -71,6 +71,7 @@ class AsyncEngine:
         out_addr = f"ipc://{self._ipc_dir.name}/out"
         self._ctx = zmq.asyncio.Context()
         self._push = self._ctx.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, 0)  # unbounded: bursts queue instead of blocking the loop
         self._push.bind(in_addr)
         self._pull = self._ctx.socket(zmq.PULL)
         self._pull.bind(out_addr)
@@ -182,7 +183,7 @@ class AsyncEngine:
         finished = False
         try:
             msg = cp.AddRequest(request_id, list(prompt_token_ids), _params_dict(params), time.monotonic())
-            await self._push.send_multipart([cp.ADD, self._enc.encode(msg)])
+            self._send(cp.ADD, self._enc.encode(msg))
             while True:
                 item = await queue.get()
                 if isinstance(item, BaseException):
@@ -202,8 +203,19 @@ class AsyncEngine:
 
     async def abort(self, request_id: str) -> None:
         if self._push is not None and self._dead is None:
-            with contextlib.suppress(zmq.ZMQError):
-                await self._push.send_multipart([cp.ABORT, self._enc.encode(request_id)])
+            with contextlib.suppress(zmq.ZMQError, EngineDeadError):
+                self._send(cp.ABORT, self._enc.encode(request_id))
+
+    def _send(self, kind: bytes, payload: bytes) -> None:
+        """Non-blocking send: the queue is unbounded, so EAGAIN means the core is gone."""
+        if self._push is None:
+            raise EngineDeadError("engine is not running")
+        try:
+            # pyzmq's asyncio socket completes a NOBLOCK send at once, errors inside the future.
+            fut = self._push.send_multipart([kind, payload], flags=zmq.NOBLOCK)
+            fut.result()
+        except zmq.Again as exc:
+            raise EngineDeadError("engine process is not reachable") from exc
 
     # -- output fan-out ---------------------------------------------------------------------
 

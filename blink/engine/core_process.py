@@ -72,9 +72,15 @@ def run_engine_core(config_dict: dict[str, Any], model_path: str, input_addr: st
     str_dec = msgspec.msgpack.Decoder(str)
     poller = zmq.Poller()
     poller.register(pull, zmq.POLLIN)
+    parent = os.getppid()
     while True:
-        # Block only when idle; otherwise drain whatever arrived since the last step.
-        timeout = 0 if engine.has_unfinished() else None
+        # Block only when idle (waking each second to notice an orphaning parent death);
+        # otherwise drain whatever arrived since the last step.
+        if not engine.has_unfinished() and not poller.poll(1000):
+            if os.getppid() != parent:
+                return
+            continue
+        timeout = 0
         while poller.poll(timeout):
             kind, payload = pull.recv_multipart()
             if kind == ADD:
@@ -93,7 +99,6 @@ def run_engine_core(config_dict: dict[str, Any], model_path: str, input_addr: st
                 pull.close(linger=0)
                 ctx.term()
                 return
-            timeout = 0
         if not engine.has_unfinished():
             continue
         try:

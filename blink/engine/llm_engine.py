@@ -15,8 +15,8 @@ from blink.engine.detokenizer import IncrementalDetokenizer
 from blink.engine.errors import InvalidParameterError
 from blink.engine.loader import resolve_model_path
 from blink.engine.model_runner import ModelRunner
-from blink.engine.request_checks import EngineLimits, check_request
 from blink.engine.outputs import EngineStats, RequestOutput, TokenLogprobOut
+from blink.engine.request_checks import EngineLimits, check_request
 from blink.engine.sampler import Sampler
 from blink.engine.sampling_params import SamplingParams
 from blink.engine.scheduler import Scheduler
@@ -56,6 +56,7 @@ class LLMEngine:
         self._requests: dict[str, _RequestState] = {}
         self._steps = 0
         self._last_batch = 0
+        self.last_step_preemptions = 0
 
     # -- requests -------------------------------------------------------------------------
 
@@ -98,6 +99,7 @@ class LLMEngine:
         out = self.scheduler.schedule()
         self._steps += 1
         self._last_batch = len(out.scheduled)
+        self.last_step_preemptions = len(out.preempted)
         if not out.scheduled:
             return []
         logits = self.runner.execute(out.scheduled)

@@ -1,0 +1,188 @@
+"""Blink's embedded engine vs ``transformers.generate`` on the CPU, side by side in one run.
+
+Same random checkpoint for both (SmolLM2-135M's shape by default, Qwen2.5-0.5B's with
+``--shapes``), same threads. Prints TTFT at 32/256/1024 prompt tokens, batch-1 decode
+tokens/s, aggregate tokens/s with 16 concurrent streams, and the TTFT of a request whose
+1024-token prefix is cached, each with its ratio to transformers.
+
+    python benchmarks/engine_cpu.py --threads 2 [--shapes smollm2-135m,qwen2.5-0.5b] [--dtype bfloat16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from blink.demo.tiny import build_tiny_checkpoint
+from blink.engine.config import EngineConfig
+from blink.engine.llm_engine import LLMEngine
+from blink.engine.sampling_params import SamplingParams
+
+SHAPES: dict[str, dict[str, object]] = {
+    # From the public config.json files of the two checkpoints.
+    "smollm2-135m": dict(arch="llama", hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3,
+                         intermediate_size=1536, tie_word_embeddings=True, vocab_size=49152,
+                         rope_theta=100000.0),
+    "qwen2.5-0.5b": dict(arch="qwen2", hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
+                         intermediate_size=4864, tie_word_embeddings=True, vocab_size=151936,
+                         rope_theta=1000000.0),
+}
+
+
+@dataclass
+class Figures:
+    ttft_ms: dict[int, float]
+    decode_tok_s: float
+    agg16_tok_s: float
+    cached_prefix_ttft_ms: float | None = None
+    cold_prefix_ttft_ms: float | None = None
+
+
+def build(shape: str, root: Path, dtype: str) -> Path:
+    s = dict(SHAPES[shape])
+    arch = str(s.pop("arch"))
+    vocab = s.pop("vocab_size")
+    rope_theta = s.pop("rope_theta")
+    return build_tiny_checkpoint(root / shape, arch, max_position_embeddings=2048, dtype=dtype,  # type: ignore[arg-type]
+                                 extra_config={"vocab_size": vocab, "rope_theta": rope_theta}, **s)  # type: ignore[arg-type]
+
+
+def rand_prompt(n: int, seed: int, vocab: int = 500) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(3, vocab) for _ in range(n)]
+
+
+# -- Blink ----------------------------------------------------------------------------------
+
+def blink_ttft(engine: LLMEngine, prompt: list[int], rid: str) -> float:
+    t0 = time.perf_counter()
+    engine.add_request(rid, prompt, SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    return (time.perf_counter() - t0) * 1000
+
+
+def blink_figures(path: Path, dtype: str, threads: int, lengths: list[int], decode_tokens: int,
+                  streams: int, stream_tokens: int) -> Figures:
+    cfg = dict(model=str(path), dtype=dtype, threads=threads, max_model_len=2048,
+               kv_cache_memory_bytes=1 << 30, max_num_batched_tokens=2048, max_num_seqs=64)
+    eng = LLMEngine(EngineConfig(**cfg, enable_prefix_caching=False), path)  # type: ignore[arg-type]
+    blink_ttft(eng, rand_prompt(16, 99), "warm")
+    ttft = {n: statistics.median(blink_ttft(eng, rand_prompt(n, 1000 * n + i), f"t{n}-{i}") for i in range(3))
+            for n in lengths}
+    # Batch-1 decode: time per token after the first.
+    prompt = rand_prompt(32, 5)
+    eng.add_request("dec", prompt, SamplingParams(max_tokens=decode_tokens, temperature=0.0, ignore_eos=True))
+    first = None
+    t0 = time.perf_counter()
+    got = 0
+    while eng.has_unfinished():
+        for o in eng.step():
+            got += len(o.new_token_ids)
+            if first is None:
+                first = time.perf_counter()
+    decode = (got - 1) / (time.perf_counter() - (first or t0))
+    # 16 concurrent streams.
+    params = SamplingParams(max_tokens=stream_tokens, temperature=0.0, ignore_eos=True)
+    t0 = time.perf_counter()
+    for i in range(streams):
+        eng.add_request(f"s{i}", rand_prompt(32, 7000 + i), params)
+    total = 0
+    while eng.has_unfinished():
+        for o in eng.step():
+            total += len(o.new_token_ids)
+    agg = total / (time.perf_counter() - t0)
+    del eng
+    # Cached prefix: a 1024-token prefix seen before, 16 new tokens after it.
+    eng = LLMEngine(EngineConfig(**cfg, enable_prefix_caching=True), path)  # type: ignore[arg-type]
+    prefix = rand_prompt(1024, 4242)
+    cold = statistics.median(
+        blink_ttft(eng, rand_prompt(1024, 50 + i) + rand_prompt(16, 80 + i), f"cold{i}") for i in range(3))
+    blink_ttft(eng, prefix + rand_prompt(16, 1), "fill")
+    cached = statistics.median(blink_ttft(eng, prefix + rand_prompt(16, 2 + i), f"hit{i}") for i in range(3))
+    return Figures(ttft, decode, agg, cached, cold)
+
+
+# -- transformers ---------------------------------------------------------------------------
+
+def hf_generate(model: torch.nn.Module, prompts: list[list[int]], n: int) -> float:
+    ids = torch.tensor(prompts)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n,
+                       min_new_tokens=n, pad_token_id=0)
+    return time.perf_counter() - t0
+
+
+def hf_figures(path: Path, dtype: str, lengths: list[int], decode_tokens: int, streams: int,
+               stream_tokens: int, sequential_sample: int) -> tuple[Figures, float]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+    hf_generate(model, [rand_prompt(16, 99)], 1)
+    ttft = {n: statistics.median(hf_generate(model, [rand_prompt(n, 1000 * n + i)], 1) * 1000 for i in range(3))
+            for n in lengths}
+    t_total = hf_generate(model, [rand_prompt(32, 5)], decode_tokens)
+    t_first = hf_generate(model, [rand_prompt(32, 5)], 1)
+    decode = (decode_tokens - 1) / (t_total - t_first)
+    # Sequential streams (what a naive server does): time a sample, scale to `streams`.
+    per_stream = statistics.mean(hf_generate(model, [rand_prompt(32, 7000 + i)], stream_tokens)
+                                 for i in range(sequential_sample))
+    agg_seq = stream_tokens / per_stream
+    # Batched generate (equal-length prompts, so no padding effects).
+    t = hf_generate(model, [rand_prompt(32, 7000 + i) for i in range(streams)], stream_tokens)
+    agg_batch = streams * stream_tokens / t
+    return Figures(ttft, decode, agg_seq), agg_batch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="smollm2-135m")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lengths", default="32,256,1024")
+    ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--stream-tokens", type=int, default=128)
+    ap.add_argument("--sequential-sample", type=int, default=3, help="transformers streams timed for the sequential figure")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    lengths = [int(x) for x in args.lengths.split(",")]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for shape in args.shapes.split(","):
+            path = build(shape, Path(tmp), args.dtype)
+            b = blink_figures(path, args.dtype, args.threads, lengths, args.decode_tokens, args.streams,
+                              args.stream_tokens)
+            h, hf_batch = hf_figures(path, args.dtype, lengths, args.decode_tokens, args.streams,
+                                     args.stream_tokens, args.sequential_sample)
+            print(f"\n## {shape}  dtype={args.dtype}  threads={args.threads}")
+            print(f"{'figure':38s} {'blink':>10s} {'transformers':>13s} {'ratio':>8s}")
+            for n in lengths:
+                print(f"{'TTFT ms @ ' + str(n):38s} {b.ttft_ms[n]:10.1f} {h.ttft_ms[n]:13.1f} "
+                      f"{h.ttft_ms[n] / b.ttft_ms[n]:7.2f}x")
+            print(f"{'batch-1 decode tok/s':38s} {b.decode_tok_s:10.1f} {h.decode_tok_s:13.1f} "
+                  f"{b.decode_tok_s / h.decode_tok_s:7.2f}x")
+            print(f"{f'{args.streams}-stream tok/s (hf sequential)':38s} {b.agg16_tok_s:10.1f} {h.agg16_tok_s:13.1f} "
+                  f"{b.agg16_tok_s / h.agg16_tok_s:7.2f}x")
+            print(f"{f'{args.streams}-stream tok/s (hf batched)':38s} {b.agg16_tok_s:10.1f} {hf_batch:13.1f} "
+                  f"{b.agg16_tok_s / hf_batch:7.2f}x")
+            assert b.cached_prefix_ttft_ms and b.cold_prefix_ttft_ms
+            print(f"{'cached 1024-prefix TTFT ms (vs cold)':38s} {b.cached_prefix_ttft_ms:10.1f} "
+                  f"{b.cold_prefix_ttft_ms:13.1f} {b.cold_prefix_ttft_ms / b.cached_prefix_ttft_ms:7.2f}x")
+            results[shape] = {"blink": b.__dict__, "transformers": h.__dict__, "transformers_batched_tok_s": hf_batch}
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
