@@ -1,9 +1,9 @@
 """Turn one row of logits per sequence into the next token (and its logprobs).
 
 Order of operations (vLLM v1): penalties -> min_tokens mask -> greedy argmax, or temperature ->
-min_p -> top_k -> top_p (on the top-k renormalised mass) -> random draw. Reported logprobs are those of the *raw* model
-distribution (log_softmax of the logits before penalties, temperature or truncation), which is
-vLLM's default convention: they describe the model, not the sampling knobs.
+min_p -> top_k -> top_p (measured on the top-k renormalised mass) -> random draw. Reported
+logprobs are those of the *raw* model distribution (log_softmax of the logits before penalties,
+temperature or truncation), vLLM's default convention: they describe the model, not the knobs.
 
 Random draws invert the CDF with one uniform per row. A request with a seed draws its uniform
 from its own torch.Generator, so its tokens depend only on its own logits and seed, never on which

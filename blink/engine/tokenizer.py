@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blink.engine.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as RustTokenizer
 
 # Exceptions a chat template raises on a message list it cannot render: jinja2's TemplateError
 # (raise_exception(), undefined fields) and plain Python errors from expressions such as
@@ -28,7 +31,7 @@ _TEMPLATE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 class Tokenizer:
     def __init__(self, hf_tokenizer: Any, extra_eos_token_ids: Sequence[int] = ()) -> None:
         self.hf = hf_tokenizer
-        self._backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+        self._backend: RustTokenizer | None = getattr(hf_tokenizer, "backend_tokenizer", None)
         eos = {int(t) for t in extra_eos_token_ids}
         if hf_tokenizer.eos_token_id is not None:
             eos.add(int(hf_tokenizer.eos_token_id))
@@ -49,7 +52,7 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         if self._backend is not None:
             return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
-        return self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return str(self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
     def id_to_token(self, token_id: int) -> str | None:
         """The vocabulary entry (e.g. ``'Ġhello'``), not its text; None for an unknown id."""

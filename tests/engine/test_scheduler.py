@@ -350,3 +350,17 @@ def test_random_workload_outputs_match_reference(
     assert_no_leaks(sched)
     if num_blocks == 12:
         assert any(out.preempted for out in eng.steps)
+
+
+def test_waiting_request_grown_past_pool_is_finished_not_retried_forever() -> None:
+    """A preempted request whose tokens no longer fit the pool must not block the queue."""
+    sched = make_scheduler(num_blocks=3, max_num_batched_tokens=64)
+    big = make_seq("big", [1, 2, 3, 4], max_tokens=100)
+    sched.add(big)
+    for t in range(10):  # as if it had generated 10 tokens, then been preempted
+        big.append_token(t + 1)
+    sched.add(make_seq("next", [9, 9], max_tokens=1))
+    out = sched.schedule()
+    assert [s.request_id for s in out.finished] == ["big"]
+    assert big.finish_reason == "length" and big.is_finished
+    assert [s.seq.request_id for s in out.scheduled] == ["next"]
