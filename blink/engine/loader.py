@@ -10,6 +10,7 @@ memory is one copy of the weights plus one tensor.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +190,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
 
     params = dict(model.named_parameters())
     filled: dict[str, set[str | None]] = {}
-    mapper = model.map_checkpoint_name  # type: ignore[attr-defined]
+    mapper: Callable[[str], tuple[str, str | None] | None] = getattr(model, "map_checkpoint_name")  # noqa: B009
     with torch.no_grad():
         for file in checkpoint_files(path):
             with safe_open(str(file), framework="pt", device="cpu") as f:

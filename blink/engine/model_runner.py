@@ -157,12 +157,14 @@ class ModelRunner:
             input_ids.extend(seq.token_ids[start:end])
             positions.extend(range(start, end))
             table = torch.tensor(seq.block_table[: (end + bs - 1) // bs], dtype=torch.long)
-            pos = torch.arange(start, end)
-            slot_parts.append(table[pos // bs] * bs + pos % bs)
+            new_positions = torch.arange(start, end)
+            slot_parts.append(table[new_positions // bs] * bs + new_positions % bs)
             chunk = PrefillChunk(start=row, end=row + n, context_len=start)
             if start > 0:
                 chunk.block_table = table.to(self.device, non_blocking=True)
-                chunk.mask = (torch.arange(end)[None, :] <= pos[:, None]).to(self.device, non_blocking=True)
+                chunk.mask = (torch.arange(end)[None, :] <= new_positions[:, None]).to(
+                    self.device, non_blocking=True
+                )
             meta.prefills.append(chunk)
             logits_rows[i] = row + n - 1
 

@@ -129,6 +129,8 @@ class RotaryEmbedding(nn.Module):
     table rebuilt by :meth:`reset_buffers` once real storage exists.
     """
 
+    cos_sin: torch.Tensor
+
     def __init__(self, spec: RopeSpec, max_positions: int) -> None:
         super().__init__()
         self.spec = spec

@@ -9,7 +9,7 @@ layout comes in :class:`AttentionMetadata`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -205,7 +205,7 @@ class LlamaForCausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def attention_layers(self) -> list[PagedAttention]:
-        return [layer.self_attn.attn for layer in self.model.layers]
+        return [cast(LlamaDecoderLayer, layer).self_attn.attn for layer in self.model.layers]
 
     def map_checkpoint_name(self, name: str) -> tuple[str, str | None] | None:
         """Our parameter name and fused shard for a checkpoint tensor; None to skip it."""
