@@ -215,7 +215,10 @@ class BlockManager:
         seq.num_hashed_blocks = 0
 
     def reset_prefix_cache(self) -> None:
-        """Forget every cached hash (e.g. after weights change); in-use blocks stay allocated."""
+        """Forget every cached hash (e.g. after weights change); in-use blocks stay allocated.
+
+        Hit/query counters are cumulative (they feed monotonic metrics) and are kept.
+        """
         for bid in self._evictable:
             self.blocks[bid].clear_hash()
             self._free.append(bid)
@@ -223,4 +226,3 @@ class BlockManager:
         for block in self.blocks:
             block.clear_hash()
         self._cached.clear()
-        self.prefix_cache_hits = self.prefix_cache_queries = 0
