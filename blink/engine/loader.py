@@ -93,6 +93,16 @@ def _download(repo_id: str, revision: str | None) -> Path:
     return path
 
 
+def read_architectures(path: Path) -> list[str]:
+    """The raw ``architectures`` list, read before transformers sees a possibly unknown model type."""
+    try:
+        raw = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read {path / 'config.json'}: {exc}") from exc
+    architectures = raw.get("architectures") if isinstance(raw, dict) else None
+    return [str(a) for a in architectures] if isinstance(architectures, list) else []
+
+
 def read_hf_config(path: Path, trust_remote_code: bool = False) -> Any:
     """The checkpoint's ``transformers`` config (defaults filled in for fields the file omits)."""
     from transformers import AutoConfig

@@ -16,7 +16,14 @@ import torch
 from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
-from blink.engine.loader import instantiate, load_weights, read_hf_config, resolve_dtype, resolve_model_path
+from blink.engine.loader import (
+    instantiate,
+    load_weights,
+    read_architectures,
+    read_hf_config,
+    resolve_dtype,
+    resolve_model_path,
+)
 from blink.engine.models.registry import CausalLM, model_factory
 
 if TYPE_CHECKING:
@@ -51,8 +58,8 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.block_size = config.block_size
         path = resolve_model_path(config.model, config.revision)
+        factory = model_factory(read_architectures(path))
         self.hf_config = read_hf_config(path, config.trust_remote_code)
-        factory = model_factory(getattr(self.hf_config, "architectures", None))
         self.dtype = resolve_dtype(config.dtype, self.hf_config, path, self.device)
         self.max_model_len = model_max_len(self.hf_config, config.max_model_len)
         model = instantiate(factory, self.hf_config, self.max_model_len, self.dtype, self.device)

@@ -100,6 +100,12 @@ def test_unsupported_architecture_names_the_supported_ones(tiny_llama: Path, tmp
     for name in SUPPORTED_ARCHITECTURES:
         assert name in str(info.value)
 
+    # A model type transformers has never heard of is still reported as unsupported, not as a crash.
+    config.update(architectures=["MadeUpForCausalLM"], model_type="made_up")
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedModelError, match="MadeUpForCausalLM"):
+        ModelRunner(EngineConfig(model=str(folder), kv_cache_memory_bytes=1 << 20))
+
 
 def test_unsupported_rope_type(tiny_llama: Path, tmp_path: Path) -> None:
     folder = tmp_path / "dynamic-rope"
