@@ -35,6 +35,8 @@ class FakeUpstream:
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
         self.cancelled = 0
+        # The ``user`` field of every cancelled request, so a test can name the one it cut.
+        self.cancelled_users: list[str] = []
         self.completed = 0
         self.cancelled_event = threading.Event()
         self.base_url = ""
@@ -88,6 +90,7 @@ class FakeUpstream:
         if watch in done:
             stream_task.cancel()
             self.cancelled += 1
+            self.cancelled_users.append(str(req.get("user") or ""))
             self.cancelled_event.set()
             await asyncio.gather(stream_task, return_exceptions=True)
             return

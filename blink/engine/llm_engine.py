@@ -100,17 +100,22 @@ class LLMEngine:
         self._steps += 1
         self._last_batch = len(out.scheduled)
         self.last_step_preemptions = len(out.preempted)
+        outputs: list[RequestOutput] = []
+        for seq in out.finished:  # ended by the scheduler (outgrew the KV pool); blocks already freed
+            state = self._requests.get(seq.request_id)
+            if state is not None:
+                self._flush_text(state, stop_hit=False)
+                outputs.append(self._emit(state))
         if not out.scheduled:
-            return []
+            return outputs
         logits = self.runner.execute(out.scheduled)
         self.scheduler.update_after_step(out)
         rows = [i for i, s in enumerate(out.scheduled) if s.seq.num_computed_tokens == s.seq.num_tokens]
         if not rows:
-            return []
+            return outputs
         seqs = [out.scheduled[i].seq for i in rows]
         sample_logits = logits if len(rows) == len(out.scheduled) else logits[rows]
         results = self.sampler.sample(sample_logits, seqs)
-        outputs: list[RequestOutput] = []
         for seq, res in zip(seqs, results, strict=True):
             state = self._requests.get(seq.request_id)
             if state is None:  # aborted between schedule and now
@@ -139,7 +144,7 @@ class LLMEngine:
             if state.stops is not None:
                 delta, hit = state.stops.feed(delta)
                 if hit:
-                    reason, stop_reason = "stop", "stop_string"
+                    reason, stop_reason = "stop", state.stops.matched
             if delta:
                 state.new_text.append(delta)
         if reason is None:
@@ -148,12 +153,21 @@ class LLMEngine:
             elif seq.num_tokens >= self.max_model_len:
                 reason = "length"
         if reason is not None:
-            if state.stops is not None and stop_reason != "stop_string":
-                tail = state.stops.flush()
-                if tail:
-                    state.new_text.append(tail)
+            self._flush_text(state, stop_hit=state.stops is not None and state.stops.stopped)
             seq.stop_reason = stop_reason
             self.scheduler.finish(seq, reason)
+
+    @staticmethod
+    def _flush_text(state: _RequestState, stop_hit: bool) -> None:
+        """At the end, release text held back for an unfinished character or a partial stop string."""
+        if stop_hit:
+            return
+        tail = state.detok.flush()
+        if state.stops is not None:
+            tail, _ = state.stops.feed(tail)
+            tail += state.stops.flush()
+        if tail:
+            state.new_text.append(tail)
 
     def _emit(self, state: _RequestState) -> RequestOutput:
         seq = state.seq

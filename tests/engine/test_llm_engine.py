@@ -34,30 +34,40 @@ def _prompts(engine: LLMEngine, count: int, seed: int = 0) -> list[list[int]]:
     return out
 
 
-def _hf_greedy(path: Path, prompt: list[int], n: int) -> list[int]:
+def _hf_model(path: Path) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    model.eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+def _hf_generate(model: torch.nn.Module, prompt: list[int], n: int) -> list[int]:
+    """``transformers.generate`` greedy: stops at EOS like our engine does by default."""
     with torch.no_grad():
-        out = model.generate(
-            torch.tensor([prompt]),
-            do_sample=False,
-            max_new_tokens=n,
-            min_new_tokens=n,
-            pad_token_id=0,
-        )
-    return out[0, len(prompt) :].tolist()
+        out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=n, pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+def _hf_argmax_loop(model: torch.nn.Module, prompt: list[int], n: int) -> list[int]:
+    """Full-sequence forward + argmax per step, EOS not special: the ``ignore_eos`` reference."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
 
 
 @pytest.mark.parametrize("arch", ["tiny_llama", "tiny_qwen2", "tiny_qwen3"])
 def test_greedy_equals_transformers(arch: str, request: pytest.FixtureRequest) -> None:
     path: Path = request.getfixturevalue(arch)
     engine = _engine(path)
+    model = _hf_model(path)
     prompts = _prompts(engine, 3, seed=1)
+    natural = SamplingParams(max_tokens=24, temperature=0.0)
+    for prompt, got in zip(prompts, engine.generate(prompts, natural), strict=True):
+        assert got == _hf_generate(model, prompt, 24)
     ours = engine.generate(prompts, GREEDY)
     for prompt, got in zip(prompts, ours, strict=True):
-        assert got == _hf_greedy(path, prompt, GREEDY.max_tokens or 0)
+        assert got == _hf_argmax_loop(model, prompt, 24)
     assert len(set(ours[0])) > 3, "degenerate model output makes this test meaningless"
 
 
