@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from blink.backends.base import Backend
 from blink.backends.openai_http import OpenAIHTTPBackend
 from blink.backends.registry import BackendRegistry
-from blink.config import ModelSettings, Settings
+from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
 from blink.gateway.app import create_app
 
 
@@ -37,7 +37,13 @@ def build_backend(model: ModelSettings) -> Backend:
             f"model '{model.name}' is embedded, but the embedded backend cannot be imported ({exc}); "
             "serve an OpenAI-compatible upstream with --upstream URL instead"
         ) from exc
-    backend: Backend = embedded.create_embedded_backend(model)
+    fallback = None
+    if model.model == DEFAULT_EMBEDDED_MODEL:
+        # Only the default model falls back to the offline demo; a model the user named fails loudly.
+        from blink.demo.tiny import demo_model_dir
+
+        fallback = demo_model_dir
+    backend: Backend = embedded.create_embedded_backend(model, fallback_model=fallback)
     return backend
 
 

@@ -75,7 +75,7 @@ class EmbeddedBackend:
                 raise
             loop = asyncio.get_running_loop()
             path = await loop.run_in_executor(None, self._fallback_model)
-            log.warning("model %s is not available offline (%s); serving the built-in tiny DEMO model "
+            log.debug("model %s is not available offline (%s); serving the built-in tiny DEMO model "
                         "(random weights) from %s", self.engine.config.model, exc, path)
             print(f"blink: {self.engine.config.model!r} cannot be downloaded and is not cached; "
                   f"serving the built-in tiny demo model (random weights, gibberish output) instead.",
