@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Debian packages the tests need (idempotent). Servers are started by the tests' fixtures on
+# 127.0.0.1 and stopped by PID.
+set -euo pipefail
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  pkgs=()
+  # (add packages here, one array entry per line)
+  if [ "${#pkgs[@]}" -gt 0 ]; then
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  fi
+fi
