@@ -35,7 +35,7 @@ def serve(
     max_num_seqs: Annotated[int | None, typer.Option(help="Max sequences per engine step.")] = None,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per engine step.")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="Context length cap (0 = model's).")] = None,
-    threads: Annotated[int | None, typer.Option(help="Engine torch threads (0 = torch default).")] = None,
+    threads: Annotated[int | None, typer.Option(help="Engine threads (0 = auto: all cores but one on machines with ≤ 4 cores, else all but two).")] = None,
     no_prefix_caching: Annotated[bool, typer.Option("--no-prefix-caching", help="Disable prefix caching.")] = False,
     no_chunked_prefill: Annotated[bool, typer.Option("--no-chunked-prefill", help="Disable chunked prefill.")] = False,
     upstream: Annotated[str | None, typer.Option(help="Serve an OpenAI-compatible upstream (base URL ending in /v1).")] = None,

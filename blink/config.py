@@ -93,7 +93,7 @@ class ModelSettings(BaseModel):
     max_model_len: int = Field(0, ge=0)
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = True
-    # 0 = torch's default.
+    # Engine threads; 0 = auto (leave the gateway a core: see blink.engine.async_engine.default_threads).
     threads: int = Field(0, ge=0)
     # openai_http: upstream base URL (".../v1"), API key from an env var, model id upstream.
     base_url: str | None = None
