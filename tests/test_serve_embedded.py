@@ -157,3 +157,28 @@ def test_blink_serve_command_with_local_model(tiny_llama: Path) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_several_named_models_side_by_side(tiny_llama: Path) -> None:
+    """One server, an embedded model and an upstream model; `model` picks the backend."""
+    from upstream_server import FakeUpstream
+
+    up = FakeUpstream(tokens=3)
+    with LiveServer(up) as upstream:
+        settings = Settings(models=[
+            ModelSettings(name="local", kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
+                          max_model_len=128),
+            ModelSettings(name="remote", kind="openai_http", base_url=f"{upstream.url}/v1", upstream_model="fake"),
+        ], default_model="local")
+        with LiveServer(create_app(build_registry(settings), settings.server)) as server:
+            client = _client(server.url)
+            assert sorted(m.id for m in client.models.list().data) == ["local", "remote"]
+            remote = client.chat.completions.with_raw_response.create(
+                model="remote", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+            local = client.chat.completions.with_raw_response.create(
+                model="local", messages=[{"role": "user", "content": "hi"}], max_tokens=3, temperature=0)
+            assert remote.headers["x-blink-backend"] == "remote"
+            assert local.headers["x-blink-backend"] == "local"
+            assert remote.parse().choices[0].message.content == " t0 t1 t2"
+            assert local.parse().usage.completion_tokens == 3  # type: ignore[union-attr]
+            assert up.requests[-1]["model"] == "fake"
