@@ -47,6 +47,11 @@ class GenerationRequest:
     raw: dict[str, Any] = field(default_factory=dict)
     # Absolute deadline (time.monotonic()) or None.
     deadline: float | None = None
+    # Routing hints from the client's headers (``x-blink-latency-budget-ms``, ``x-blink-priority``,
+    # ``x-blink-tier``): read by routed backends, ignored by the others.
+    latency_budget_ms: float | None = None
+    priority: str | None = None
+    tier: str | None = None
 
 
 @dataclass(slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from blink.backends.base import GenerationRequest, SamplingOptions
@@ -65,6 +66,37 @@ def completion_request(
         raw=raw,
         deadline=_deadline(timeout_s),
     )
+
+
+# Priorities a client may ask for with ``x-blink-priority`` (interactive = the voice/chat lane).
+PRIORITIES = ("interactive", "normal", "batch")
+
+
+def apply_routing_headers(req: GenerationRequest, headers: Mapping[str, str]) -> GenerationRequest:
+    """Copy the routing headers into ``req`` (routed backends read them, others ignore them)."""
+    budget = headers.get("x-blink-latency-budget-ms")
+    if budget is not None:
+        try:
+            req.latency_budget_ms = float(budget)
+        except ValueError:
+            req.latency_budget_ms = -1.0
+        if not req.latency_budget_ms > 0:
+            raise InvalidRequestError(
+                f"'x-blink-latency-budget-ms' must be a positive number of milliseconds, got {budget!r}.",
+                param="x-blink-latency-budget-ms",
+                code="invalid_value",
+            )
+    priority = headers.get("x-blink-priority")
+    if priority is not None:
+        if priority.lower() not in PRIORITIES:
+            raise InvalidRequestError(
+                f"'x-blink-priority' must be one of {', '.join(PRIORITIES)}, got {priority!r}.",
+                param="x-blink-priority",
+                code="invalid_value",
+            )
+        req.priority = priority.lower()
+    req.tier = headers.get("x-blink-tier") or None
+    return req
 
 
 def _options(body: SamplingFields, max_tokens: int | None, max_param: str, limit: int) -> SamplingOptions:

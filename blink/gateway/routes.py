@@ -11,7 +11,7 @@ from starlette.responses import Response
 from blink.backends.registry import BackendRegistry
 from blink.config import ServerSettings
 from blink.gateway.generation_response import GenerationResponse
-from blink.gateway.request_mapping import chat_request, completion_request
+from blink.gateway.request_mapping import apply_routing_headers, chat_request, completion_request
 from blink.gateway.request_parsing import parse_json_object, validate
 from blink.obs.metrics import GatewayMetrics
 from blink.protocol.chat import ChatCompletionRequest
@@ -33,7 +33,7 @@ def build_router(registry: BackendRegistry, settings: ServerSettings, metrics: G
         body = validate(ChatCompletionRequest, raw)
         backend = registry.resolve(body.model)
         model = body.model or registry.default_model()
-        req = chat_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s)
+        req = apply_routing_headers(chat_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers)
         return GenerationResponse(
             backend,
             req,
@@ -51,7 +51,7 @@ def build_router(registry: BackendRegistry, settings: ServerSettings, metrics: G
         body = validate(CompletionRequest, raw)
         backend = registry.resolve(body.model)
         model = body.model or registry.default_model()
-        req = completion_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s)
+        req = apply_routing_headers(completion_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers)
         return GenerationResponse(
             backend,
             req,
