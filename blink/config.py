@@ -30,6 +30,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from blink.routing_config import RouteSettings, check_routes
+
 DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 _UNITS = {
@@ -195,6 +197,8 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     models: list[ModelSettings] = Field(default_factory=list)
     default_model: str | None = None
+    # Routed models: tiers of the models above behind one name (blink/routing_config.py).
+    routes: list[RouteSettings] = Field(default_factory=list)
     auth: AuthSettings = AuthSettings()
     ratelimit: RateLimitSettings = RateLimitSettings()
     cache: CacheSettings = CacheSettings()
@@ -206,7 +210,8 @@ class Settings(BaseSettings):
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
-        if self.default_model is not None and self.default_model not in names:
+        check_routes(self.routes, names)
+        if self.default_model is not None and self.default_model not in names + [r.name for r in self.routes]:
             raise ValueError(f"default_model {self.default_model!r} is not one of {names}")
         return self
 
@@ -278,7 +283,7 @@ def _apply_model_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
     models = [m.model_dump() for m in settings.models]
     index = 0
     if settings.default_model is not None:
-        index = next(i for i, m in enumerate(models) if m["name"] == settings.default_model)
+        index = next((i for i, m in enumerate(models) if m["name"] == settings.default_model), 0)
     target = models[index]
     derived_name = target["name"] in (target["upstream_model"], target["model"], "default")
     if flags.get("kind", target["kind"]) != target["kind"]:
@@ -291,6 +296,6 @@ def _apply_model_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
     models[index] = new_model.model_dump()
     data = settings.model_dump()
     data["models"] = models
-    if settings.default_model is not None:
+    if settings.default_model is not None and settings.default_model not in {r.name for r in settings.routes}:
         data["default_model"] = new_model.name
     return Settings.model_validate(data)
