@@ -12,6 +12,7 @@ from blink.backends.openai_http import OpenAIHTTPBackend
 from blink.backends.registry import BackendRegistry
 from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
 from blink.gateway.app import create_app
+from blink.gateway.front_builder import build_front_factory, build_key_store
 
 
 class EmbeddedBackendMissingError(RuntimeError):
@@ -55,7 +56,12 @@ def build_registry(settings: Settings) -> BackendRegistry:
 
 
 def build_app(settings: Settings) -> FastAPI:
-    return create_app(build_registry(settings), settings.server)
+    return create_app(
+        build_registry(settings),
+        settings.server,
+        front=build_front_factory(settings),
+        key_store=build_key_store(settings),
+    )
 
 
 def run(settings: Settings) -> None:

@@ -2,37 +2,54 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from blink.backends.registry import BackendRegistry
 from blink.config import ServerSettings
+from blink.gateway.auth import ApiKeyStore, AuthMiddleware
 from blink.gateway.errors import install_error_handlers
+from blink.gateway.front import GatewayFront
 from blink.gateway.limits import BodySizeLimitMiddleware, ConcurrencyLimitMiddleware
 from blink.gateway.routes import build_router
 from blink.obs.metrics import GatewayMetrics
 
 
-def create_app(registry: BackendRegistry, server_settings: ServerSettings) -> FastAPI:
-    """An ASGI app serving ``registry``'s models; backends start in its lifespan."""
+def create_app(
+    registry: BackendRegistry,
+    server_settings: ServerSettings,
+    front: Callable[[GatewayMetrics], GatewayFront] | None = None,
+    key_store: ApiKeyStore | None = None,
+) -> FastAPI:
+    """An ASGI app serving ``registry``'s models; backends start in its lifespan.
+
+    ``front`` builds the auth/rate-limit/cache stages (given the metrics registry); ``key_store``
+    turns API keys on.
+    """
+    metrics = GatewayMetrics()
+    gateway_front = front(metrics) if front is not None else GatewayFront(registry=metrics.registry)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await registry.start_all()
+        await gateway_front.start()
         try:
             yield
         finally:
+            await gateway_front.aclose()
             await registry.aclose_all()
 
     app = FastAPI(title="Blink", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    metrics = GatewayMetrics()
     app.state.registry = registry
     app.state.metrics = metrics
-    app.include_router(build_router(registry, server_settings, metrics))
+    app.state.front = gateway_front
+    app.include_router(build_router(registry, server_settings, metrics, gateway_front))
     # Added innermost first: requests pass the catch-all, then the body limit, then concurrency.
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent=server_settings.max_concurrent_streams)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=server_settings.max_body_bytes)
+    if key_store is not None:  # outermost: unauthenticated requests take no concurrency slot
+        app.add_middleware(AuthMiddleware, store=key_store)
     install_error_handlers(app)
     return app

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import orjson
 from starlette.responses import Response
@@ -41,8 +41,14 @@ class GenerationResponse(Response):
         t0: float,
         metrics: GatewayMetrics,
         timeout_s: float | None,
+        on_complete: Callable[[ResponseAggregator], None] | None = None,
+        extra_headers: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
         super().__init__()
+        # Called with the whole response once it was delivered in full (cache fill, token
+        # counting); it must only schedule work, never block the stream.
+        self._on_complete = on_complete
+        self._extra_headers = extra_headers or []
         self._backend = backend
         self._req = req
         self._stream = stream
@@ -110,11 +116,12 @@ class GenerationResponse(Response):
         req = self._req
         enc = ChunkEncoder(req.kind, req.request_id, req.model, int(time.time()), self._include_usage)
         usage: Usage | None = None
+        agg = ResponseAggregator(req.kind, req.options.n, False) if self._on_complete is not None else None
         try:
             if first is not None:
-                usage = await _emit(enc, first, send, usage)
+                usage = await _emit(enc, first, send, usage, agg)
                 async for delta in it:
-                    usage = await _emit(enc, delta, send, usage)
+                    usage = await _emit(enc, delta, send, usage, agg)
         except BlinkError as err:
             await self._fail(send, err)
             return
@@ -124,6 +131,8 @@ class GenerationResponse(Response):
             return
         tail = enc.usage(usage) + DONE if self._include_usage else DONE
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+        if agg is not None and self._on_complete is not None:
+            self._on_complete(agg)
 
     async def _send_whole(self, it: AsyncIterator[Delta], send: Send) -> None:
         req = self._req
@@ -144,6 +153,8 @@ class GenerationResponse(Response):
         body = orjson.dumps(agg.render(req.request_id, req.model, int(time.time())))
         await send(self._start_message(b"application/json", ttft, len(body)))
         await send({"type": "http.response.body", "body": body, "more_body": False})
+        if self._on_complete is not None:
+            self._on_complete(agg)
 
     def _ttft_ms(self) -> float:
         ms = (time.perf_counter() - self._t0) * 1000.0
@@ -158,6 +169,7 @@ class GenerationResponse(Response):
             (b"x-blink-backend", self._backend.name.encode()),
             (b"x-blink-ttft-ms", f"{ttft_ms or 0.0:.2f}".encode()),
             (b"x-request-id", self._req.request_id.encode()),
+            *self._extra_headers,
         ]
         if length is None:
             headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
@@ -175,7 +187,11 @@ class GenerationResponse(Response):
             await send(message)
 
 
-async def _emit(enc: ChunkEncoder, delta: Delta, send: Send, usage: Usage | None) -> Usage | None:
+async def _emit(
+    enc: ChunkEncoder, delta: Delta, send: Send, usage: Usage | None, agg: ResponseAggregator | None = None
+) -> Usage | None:
+    if agg is not None:
+        agg.add(delta)
     chunk = enc.encode(delta)
     if chunk is not None:
         await send({"type": "http.response.body", "body": chunk, "more_body": True})

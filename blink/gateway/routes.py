@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from blink.backends.registry import BackendRegistry
 from blink.config import ServerSettings
+from blink.gateway.front import GatewayFront
 from blink.gateway.generation_response import GenerationResponse
 from blink.gateway.request_mapping import apply_routing_headers, chat_request, completion_request
 from blink.gateway.request_parsing import parse_json_object, validate
@@ -22,44 +23,63 @@ def _json(obj: object, status: int = 200) -> Response:
     return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
 
 
-def build_router(registry: BackendRegistry, settings: ServerSettings, metrics: GatewayMetrics) -> APIRouter:
+def build_router(
+    registry: BackendRegistry, settings: ServerSettings, metrics: GatewayMetrics, front: GatewayFront | None = None
+) -> APIRouter:
     router = APIRouter()
+    front = front or GatewayFront()
     started = int(time.time())
 
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         t0 = time.perf_counter()
         raw = parse_json_object(await request.body())
+        directives = front.directives(raw, request.headers)
         body = validate(ChatCompletionRequest, raw)
         backend = registry.resolve(body.model)
         model = body.model or registry.default_model()
+        admission = await front.admit(request, model, directives)
         req = apply_routing_headers(chat_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers)
+        stream, include_usage = bool(body.stream), bool(body.stream_options and body.stream_options.include_usage)
+        cached = await front.lookup(admission, req, stream=stream, include_usage=include_usage)
+        if cached is not None:
+            return cached
         return GenerationResponse(
             backend,
             req,
-            stream=bool(body.stream),
-            include_usage=bool(body.stream_options and body.stream_options.include_usage),
+            stream=stream,
+            include_usage=include_usage,
             t0=t0,
             metrics=metrics,
             timeout_s=settings.request_timeout_s,
+            on_complete=front.on_complete(admission),
+            extra_headers=admission.headers,
         )
 
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
         t0 = time.perf_counter()
         raw = parse_json_object(await request.body())
+        directives = front.directives(raw, request.headers)
         body = validate(CompletionRequest, raw)
         backend = registry.resolve(body.model)
         model = body.model or registry.default_model()
+        admission = await front.admit(request, model, directives)
         req = apply_routing_headers(completion_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers)
+        stream, include_usage = bool(body.stream), bool(body.stream_options and body.stream_options.include_usage)
+        cached = await front.lookup(admission, req, stream=stream, include_usage=include_usage)
+        if cached is not None:
+            return cached
         return GenerationResponse(
             backend,
             req,
-            stream=bool(body.stream),
-            include_usage=bool(body.stream_options and body.stream_options.include_usage),
+            stream=stream,
+            include_usage=include_usage,
             t0=t0,
             metrics=metrics,
             timeout_s=settings.request_timeout_s,
+            on_complete=front.on_complete(admission),
+            extra_headers=admission.headers,
         )
 
     @router.get("/v1/models")

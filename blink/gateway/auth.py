@@ -1,0 +1,169 @@
+"""API keys: stored hashed in SQLite, checked by a pure-ASGI middleware.
+
+A key is ``bk-<id>-<secret>``; only the SHA-256 of the whole key is stored (keys are 192-bit
+random, so a fast hash is enough: there is nothing to brute-force), and only the short id is
+ever printed or logged. The middleware answers 401 for a missing/unknown/revoked key and puts
+the key's record in ``scope["state"]`` for the per-model check (403) and the rate limiter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from blink.gateway.errors import error_messages
+from blink.protocol.errors import AuthenticationError, PermissionDeniedError
+
+PRINCIPAL_STATE_KEY = "blink_principal"
+# 24 random bytes = 192 bits: unguessable, and short enough to paste.
+_SECRET_BYTES = 24
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY,
+    key_hash TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    models TEXT NOT NULL,
+    requests_per_minute INTEGER NOT NULL,
+    tokens_per_minute INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    revoked_at REAL
+)
+"""
+
+
+@dataclass(slots=True)
+class ApiKey:
+    """A key's record (never its secret): who it belongs to and what it may do."""
+
+    key_id: str
+    tenant: str
+    models: list[str] = field(default_factory=list)  # empty = every model
+    requests_per_minute: int = 0  # 0 = the server default
+    tokens_per_minute: int = 0
+    created_at: float = 0.0
+    revoked_at: float | None = None
+
+    def allows(self, model: str) -> bool:
+        return not self.models or model in self.models
+
+
+def hash_key(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class ApiKeyStore:
+    """Keys in a SQLite file (WAL, so the CLI can add or revoke keys while servers read)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def create(
+        self, tenant: str, models: list[str] | None = None, requests_per_minute: int = 0, tokens_per_minute: int = 0
+    ) -> tuple[ApiKey, str]:
+        """A new key; the secret is returned once and never stored."""
+        key_id = secrets.token_hex(4)
+        secret = f"bk-{key_id}-{secrets.token_urlsafe(_SECRET_BYTES)}"
+        key = ApiKey(key_id, tenant, list(models or []), requests_per_minute, tokens_per_minute, time.time())
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+                (key_id, hash_key(secret), tenant, ",".join(key.models), requests_per_minute, tokens_per_minute,
+                 key.created_at),
+            )
+        return key, secret
+
+    def lookup(self, secret: str) -> ApiKey | None:
+        """The live key for ``secret``, or None (unknown or revoked)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT key_id, tenant, models, requests_per_minute, tokens_per_minute, created_at, revoked_at "
+                "FROM api_keys WHERE key_hash = ?",
+                (hash_key(secret),),
+            ).fetchone()
+        if row is None or row[6] is not None:
+            return None
+        return _from_row(row)
+
+    def list(self) -> list[ApiKey]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT key_id, tenant, models, requests_per_minute, tokens_per_minute, created_at, revoked_at "
+                "FROM api_keys ORDER BY created_at"
+            ).fetchall()
+        return [_from_row(r) for r in rows]
+
+    def revoke(self, key_id: str) -> bool:
+        with self._lock:
+            cur = self._db.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL", (time.time(), key_id)
+            )
+        return cur.rowcount > 0
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _from_row(row: tuple[object, ...]) -> ApiKey:
+    key_id, tenant, models, rpm, tpm, created, revoked = row
+    return ApiKey(
+        str(key_id), str(tenant), [m for m in str(models).split(",") if m], int(rpm), int(tpm),  # type: ignore[call-overload]
+        float(created), None if revoked is None else float(revoked),  # type: ignore[arg-type]
+    )
+
+
+def _presented_key(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+        elif name == b"x-api-key" and value:
+            return value.decode("latin-1").strip()
+    return None
+
+
+class AuthMiddleware:
+    """401 unless the request under ``/v1/`` carries a live key; health and metrics stay open."""
+
+    def __init__(self, app: ASGIApp, store: ApiKeyStore) -> None:
+        self.app = app
+        self.store = store
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        secret = _presented_key(scope)
+        if secret is None:
+            err = AuthenticationError(
+                "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.", code="missing_api_key"
+            )
+        else:
+            key = self.store.lookup(secret)
+            if key is not None:
+                scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = key
+                await self.app(scope, receive, send)
+                return
+            err = AuthenticationError("Incorrect API key provided.")
+        for message in error_messages(err):
+            await send(message)
+
+
+def check_model_allowed(key: ApiKey | None, model: str) -> None:
+    if key is not None and not key.allows(model):
+        raise PermissionDeniedError(
+            f"This API key may not use the model '{model}'.", param="model", code="model_not_allowed"
+        )

@@ -1,0 +1,1 @@
+"""``CacheStore`` implementations: in-process (+ SQLite file) and PostgreSQL + pgvector."""

@@ -1,0 +1,121 @@
+"""The front stages a generation request passes before a backend: permission, rate limit, cache.
+
+Authentication itself is ``AuthMiddleware`` (pure ASGI, 401 before the body is read); what
+needs the request body (the model, the cache key) happens here, called by the routes:
+``directives`` -> ``admit`` (403, 429) -> ``lookup`` (replay a hit) -> the backend, whose
+finished response ``on_complete`` hands to the cache fill and the token counter. Each stage's
+time is recorded in ``blink_front_stage_seconds{stage=...}``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
+
+from blink.backends.base import GenerationRequest
+from blink.gateway.aggregate import ResponseAggregator
+from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, check_model_allowed
+from blink.gateway.cache.replay import CachedReplayResponse
+from blink.gateway.cache.stage import CacheDirectives, CacheLookup, ResponseCache
+from blink.gateway.ratelimit import RateLimiter, RateLimitTicket
+
+DEFAULT_TENANT = "default"
+ANONYMOUS_KEY = "anonymous"
+# Stage budgets are sub-millisecond: buckets from 20 us to 50 ms.
+_STAGE_BUCKETS = (2e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2)
+
+
+@dataclass(slots=True)
+class Admission:
+    key: ApiKey | None
+    tenant: str
+    model: str
+    directives: CacheDirectives
+    ticket: RateLimitTicket | None = None
+    cache: CacheLookup | None = None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+class GatewayFront:
+    def __init__(
+        self,
+        cache: ResponseCache | None = None,
+        limiter: RateLimiter | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.cache = cache
+        self.limiter = limiter if limiter is not None and limiter.active else None
+        self._stage = Histogram(
+            "blink_front_stage_seconds", "Time spent in each front stage of the request path.", ["stage"],
+            buckets=_STAGE_BUCKETS, registry=registry if registry is not None else CollectorRegistry(),
+        )
+
+    async def start(self) -> None:
+        if self.cache is not None:
+            await self.cache.start()
+
+    async def aclose(self) -> None:
+        if self.limiter is not None:
+            await self.limiter.aclose()
+        if self.cache is not None:
+            await self.cache.aclose()
+
+    @staticmethod
+    def directives(raw: dict[str, Any], headers: Headers) -> CacheDirectives:
+        """Take the per-request cache switches; removes ``cache`` from the body (not an OpenAI field)."""
+        return CacheDirectives.from_request(raw.pop("cache", None), headers.get("cache-control", ""))
+
+    async def admit(self, request: Request, model: str, directives: CacheDirectives) -> Admission:
+        key: ApiKey | None = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
+        check_model_allowed(key, model)
+        adm = Admission(key, key.tenant if key else DEFAULT_TENANT, model, directives)
+        if self.limiter is not None:
+            t0 = time.perf_counter()
+            rpm, tpm = (key.requests_per_minute, key.tokens_per_minute) if key else (0, 0)
+            adm.ticket = await self.limiter.admit(key.key_id if key else ANONYMOUS_KEY, rpm, tpm, model)
+            adm.headers += adm.ticket.headers
+            self._stage.labels("ratelimit").observe(time.perf_counter() - t0)
+        return adm
+
+    async def lookup(
+        self, adm: Admission, req: GenerationRequest, *, stream: bool, include_usage: bool
+    ) -> Response | None:
+        """A replay of a cached response, or None (then ``adm`` carries what the fill needs)."""
+        if self.cache is None:
+            return None
+        t0 = time.perf_counter()
+        adm.cache = await self.cache.lookup(req, adm.tenant, adm.directives)
+        self._stage.labels("cache_lookup").observe(time.perf_counter() - t0)
+        adm.headers += adm.cache.headers()
+        if adm.cache.entry is None:
+            return None
+        return CachedReplayResponse(req, adm.cache.entry, stream=stream, include_usage=include_usage, headers=adm.headers)
+
+    def on_complete(self, adm: Admission) -> Callable[[ResponseAggregator], None] | None:
+        """The callback GenerationResponse runs after a full response, or None when nothing needs it."""
+        fill = self.cache is not None and adm.cache is not None and adm.cache.fill
+        charge = adm.ticket is not None and bool(adm.ticket.token_limits)
+        if not (fill or charge):
+            return None
+
+        def done(agg: ResponseAggregator) -> None:
+            if fill and self.cache is not None and adm.cache is not None:
+                self.cache.schedule_fill(adm.cache, agg.render("", adm.model, 0))
+            if charge and self.limiter is not None and adm.ticket is not None and agg.usage is not None:
+                self.limiter.charge_tokens(adm.ticket, agg.usage.total_tokens)
+
+        return done
+
+    async def drain(self) -> None:
+        """Wait for background fills and token charges (tests and shutdown)."""
+        if self.cache is not None:
+            await self.cache.drain()
+        if self.limiter is not None:
+            await self.limiter.drain()

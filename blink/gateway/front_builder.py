@@ -1,0 +1,57 @@
+"""Settings -> the front stages (API keys, rate limits, cache), for the composition root."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from blink.config import CacheSettings, Settings
+from blink.gateway.auth import ApiKeyStore
+from blink.gateway.cache.stage import ResponseCache, SemanticMatcher
+from blink.gateway.cache.store import CacheStore
+from blink.gateway.front import GatewayFront
+from blink.gateway.ratelimit import RateLimiter
+from blink.obs.metrics import GatewayMetrics
+
+
+def build_key_store(settings: Settings) -> ApiKeyStore | None:
+    return ApiKeyStore(settings.auth.keys_db) if settings.auth.enabled else None
+
+
+def build_cache_store(cache: CacheSettings) -> CacheStore:
+    if cache.store == "memory":
+        from blink.gateway.cache.stores.memory import MemoryCacheStore
+
+        return MemoryCacheStore(cache.max_entries)
+    if cache.store == "postgres":
+        from blink.gateway.cache.stores.postgres import PostgresCacheStore
+
+        if not cache.postgres_dsn:
+            raise ValueError("cache.store 'postgres' needs cache.postgres_dsn")
+        return PostgresCacheStore(cache.postgres_dsn, max_entries=cache.max_entries)
+    from blink.gateway.cache.stores.sqlite import SQLiteCacheStore
+
+    return SQLiteCacheStore(Path(cache.path).expanduser(), max_entries=cache.max_entries)
+
+
+def build_matcher(cache: CacheSettings) -> SemanticMatcher:
+    from blink.gateway.cache.semantic import GuardedMatcher
+
+    return GuardedMatcher.from_settings(cache.semantic)
+
+
+def build_response_cache(cache: CacheSettings) -> ResponseCache | None:
+    if not (cache.exact.enabled or cache.semantic.enabled):
+        return None
+    matcher = build_matcher(cache) if cache.semantic.enabled else None
+    return ResponseCache(build_cache_store(cache), cache, matcher)
+
+
+def build_front_factory(settings: Settings) -> Callable[[GatewayMetrics], GatewayFront]:
+    cache = build_response_cache(settings.cache)
+    limiter = RateLimiter(settings.ratelimit)
+
+    def factory(metrics: GatewayMetrics) -> GatewayFront:
+        return GatewayFront(cache, limiter, metrics.registry)
+
+    return factory

@@ -1,0 +1,140 @@
+"""Requests/minute and tokens/minute per API key and per model, moving window (``limits``).
+
+Storage is in-process (``memory://``) by default, or Redis (``redis://``) so several gateway
+replicas share one count. Request limits are checked and counted before the backend is
+called; token limits are checked before (a key already over its budget is refused) and
+counted after the response, with the real prompt + completion tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+from limits import RateLimitItem, RateLimitItemPerMinute
+from limits.aio.strategies import MovingWindowRateLimiter
+from limits.storage import storage_from_string
+
+from blink.config import RateLimitSettings
+from blink.protocol.errors import RateLimitError
+
+log = logging.getLogger("blink.ratelimit")
+
+
+@dataclass(slots=True)
+class _Limit:
+    item: RateLimitItem
+    ids: tuple[str, ...]
+    kind: str  # "requests" | "tokens"
+
+
+@dataclass(slots=True)
+class RateLimitTicket:
+    """What one admitted request owes: its token limits, to be charged after the response."""
+
+    token_limits: list[_Limit] = field(default_factory=list)
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+def _async_uri(uri: str) -> str:
+    # limits names its asyncio storages "async+redis://"; users write plain "redis://".
+    return uri if uri.startswith("async+") else f"async+{uri}"
+
+
+class RateLimiter:
+    def __init__(self, settings: RateLimitSettings) -> None:
+        self.settings = settings
+        self._storage = storage_from_string(_async_uri(settings.storage_uri))
+        self._limiter = MovingWindowRateLimiter(self._storage)
+        self._pending: set[asyncio.Task[None]] = set()
+
+    @property
+    def active(self) -> bool:
+        s = self.settings
+        return bool(s.requests_per_minute or s.tokens_per_minute or s.models)
+
+    def _limits(self, key_id: str, key_rpm: int, key_tpm: int, model: str) -> list[_Limit]:
+        s = self.settings
+        out: list[_Limit] = []
+        rpm = key_rpm or s.requests_per_minute
+        tpm = key_tpm or s.tokens_per_minute
+        if rpm:
+            out.append(_Limit(RateLimitItemPerMinute(rpm, namespace="blink-key-req"), (key_id,), "requests"))
+        if tpm:
+            out.append(_Limit(RateLimitItemPerMinute(tpm, namespace="blink-key-tok"), (key_id,), "tokens"))
+        m = s.models.get(model)
+        if m is not None and m.requests_per_minute:
+            out.append(_Limit(RateLimitItemPerMinute(m.requests_per_minute, namespace="blink-model-req"), (model,), "requests"))
+        if m is not None and m.tokens_per_minute:
+            out.append(_Limit(RateLimitItemPerMinute(m.tokens_per_minute, namespace="blink-model-tok"), (model,), "tokens"))
+        return out
+
+    async def admit(self, key_id: str, key_rpm: int, key_tpm: int, model: str) -> RateLimitTicket:
+        """Count one request; raise 429 (with ``retry-after`` and ``x-ratelimit-*``) when over."""
+        limits = self._limits(key_id, key_rpm, key_tpm, model)
+        ticket = RateLimitTicket(token_limits=[lim for lim in limits if lim.kind == "tokens"])
+        if not limits:
+            return ticket
+        for lim in limits:
+            if not await self._limiter.test(lim.item, *lim.ids):
+                raise await self._refusal(lim)
+        for lim in limits:
+            if lim.kind == "requests" and not await self._limiter.hit(lim.item, *lim.ids):
+                raise await self._refusal(lim)  # another replica took the last slot since the test
+        shown: set[str] = set()
+        for lim in limits:  # key limits come first, so the headers describe the key when it has one
+            if lim.kind not in shown:
+                shown.add(lim.kind)
+                ticket.headers += await self._headers(lim)
+        return ticket
+
+    def charge_tokens(self, ticket: RateLimitTicket, tokens: int) -> None:
+        """Count a finished response's tokens, in the background."""
+        if not ticket.token_limits or tokens <= 0:
+            return
+        task = asyncio.get_running_loop().create_task(self._charge(ticket.token_limits, tokens))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _charge(self, token_limits: list[_Limit], tokens: int) -> None:
+        for lim in token_limits:
+            # A window cannot record more than its amount; the excess would be refused anyway.
+            cost = min(tokens, lim.item.amount)
+            try:
+                if not await self._limiter.hit(lim.item, *lim.ids, cost=cost):
+                    stats = await self._limiter.get_window_stats(lim.item, *lim.ids)
+                    if stats.remaining > 0:
+                        await self._limiter.hit(lim.item, *lim.ids, cost=stats.remaining)
+            except Exception:
+                log.exception("could not count %d tokens", tokens)
+
+    async def drain(self) -> None:
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def _headers(self, lim: _Limit) -> list[tuple[bytes, bytes]]:
+        stats = await self._limiter.get_window_stats(lim.item, *lim.ids)
+        reset_s = max(0.0, stats.reset_time - time.time())
+        return [
+            (f"x-ratelimit-limit-{lim.kind}".encode(), str(lim.item.amount).encode()),
+            (f"x-ratelimit-remaining-{lim.kind}".encode(), str(max(0, stats.remaining)).encode()),
+            (f"x-ratelimit-reset-{lim.kind}".encode(), f"{reset_s:.3f}s".encode()),
+        ]
+
+    async def _refusal(self, lim: _Limit) -> RateLimitError:
+        headers = await self._headers(lim)
+        stats = await self._limiter.get_window_stats(lim.item, *lim.ids)
+        retry_after = max(1, math.ceil(stats.reset_time - time.time()))
+        scope = "this API key" if lim.ids[0] != "" and "key" in lim.item.namespace else f"model '{lim.ids[0]}'"
+        err = RateLimitError(
+            f"Rate limit reached for {scope}: {lim.item.amount} {lim.kind} per minute. "
+            f"Retry after {retry_after} s.",
+            headers={"retry-after": str(retry_after), **{k.decode(): v.decode() for k, v in headers}},
+        )
+        return err
+
+    async def aclose(self) -> None:
+        await self.drain()
