@@ -189,6 +189,24 @@ class CacheSettings(BaseModel):
     deterministic_only: bool = True
 
 
+class ObsSettings(BaseModel):
+    """Metrics, traces, request logs and the live dashboard (blink/obs/)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metrics: bool = True
+    # OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318); unset = no tracing at all.
+    # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT are honoured when this is unset.
+    otlp_endpoint: str | None = None
+    service_name: str = "blink"
+    # One JSON line per request: stdout | stderr | off | a file path.
+    request_log: str = "stdout"
+    # Prompts and outputs in the request log: off unless asked for, then PII-redacted.
+    log_prompts: bool = False
+    redact_pii: bool = True
+    dashboard: bool = True
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BLINK_", env_nested_delimiter="__", extra="forbid", validate_default=True
@@ -202,6 +220,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     ratelimit: RateLimitSettings = RateLimitSettings()
     cache: CacheSettings = CacheSettings()
+    obs: ObsSettings = ObsSettings()
 
     @model_validator(mode="after")
     def _check_models(self) -> Settings:
