@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import cast
 
 from fastapi import FastAPI
 
@@ -13,6 +14,9 @@ from blink.backends.registry import BackendRegistry
 from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
 from blink.gateway.app import create_app
 from blink.gateway.front_builder import build_front_factory, build_key_store
+from blink.gateway.resilience.metrics import RouterCollector
+from blink.gateway.router.build import build_routed_backend
+from blink.gateway.router.routed import RoutedBackend
 
 
 class EmbeddedBackendMissingError(RuntimeError):
@@ -50,18 +54,32 @@ def build_backend(model: ModelSettings) -> Backend:
 
 def build_registry(settings: Settings) -> BackendRegistry:
     registry = BackendRegistry(default_model=settings.default_model)
+    backends: dict[str, Backend] = {}
     for model in settings.models:
-        registry.add(model.name, build_backend(model))
+        backends[model.name] = build_backend(model)
+        registry.add(model.name, backends[model.name])
+    for route in settings.routes:
+        # The replicas stay servable on their own names; the registry starts and closes them.
+        registry.add(route.name, build_routed_backend(route, backends, owns_backends=False))
     return registry
 
 
+def register_router_metrics(app: FastAPI, settings: Settings) -> None:
+    """Breaker states and router counters on /metrics, read at scrape time."""
+    if settings.routes:
+        routed = [cast(RoutedBackend, app.state.registry.resolve(r.name)) for r in settings.routes]
+        app.state.metrics.registry.register(RouterCollector(routed))
+
+
 def build_app(settings: Settings) -> FastAPI:
-    return create_app(
+    app = create_app(
         build_registry(settings),
         settings.server,
         front=build_front_factory(settings),
         key_store=build_key_store(settings),
     )
+    register_router_metrics(app, settings)
+    return app
 
 
 def run(settings: Settings) -> None:

@@ -1,0 +1,1 @@
+"""Resilience around one backend attempt: breakers, retries, timeouts, hedging, admission."""

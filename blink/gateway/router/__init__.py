@@ -1,0 +1,1 @@
+"""Routing: which tier (policies) and which replica (balancing, prefix affinity) serves a request."""

@@ -1,0 +1,96 @@
+"""A tier: interchangeable replicas of one model size, with their breakers and balancing state."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from blink.backends.base import Backend, Load
+from blink.gateway.resilience.admission import AdmissionConfig, AdmissionController
+from blink.gateway.resilience.breaker import BreakerConfig, CircuitBreaker
+from blink.gateway.resilience.window import SlidingWindow
+from blink.gateway.router.affinity import AffinityConfig, PrefixIndex
+from blink.gateway.router.balancer import P2CBalancer, PeakEwma
+from blink.gateway.router.policy import TierView
+
+# TTFT samples kept per replica for its hedging quantile: the last minute, at most 512.
+_TTFT_WINDOW_S = 60.0
+_TTFT_SAMPLES = 512
+
+
+class Replica:
+    """One backend inside a tier, plus what the gateway itself observed of it."""
+
+    def __init__(self, backend: Backend, breaker: CircuitBreaker) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.breaker = breaker
+        self.in_flight = 0
+        self.latency = PeakEwma()
+        self.ttft = SlidingWindow(_TTFT_WINDOW_S, _TTFT_SAMPLES)
+
+
+class Tier:
+    def __init__(
+        self,
+        name: str,
+        backends: Sequence[Backend],
+        *,
+        cost: int = 0,
+        breaker: BreakerConfig | None = None,
+        admission: AdmissionConfig | None = None,
+        affinity: AffinityConfig | None = None,
+        balancer: P2CBalancer | None = None,
+    ) -> None:
+        if not backends:
+            raise ValueError(f"tier {name!r} has no replicas")
+        self.name = name
+        self.cost = cost
+        self.replicas = [Replica(b, CircuitBreaker(f"{name}/{b.name}", breaker)) for b in backends]
+        self.admission = AdmissionController(name, admission)
+        self.prefixes = PrefixIndex(affinity)
+        self._balancer = balancer or P2CBalancer()
+
+    def load(self) -> Load:
+        """Replicas' loads summed; latency = the mean of the replicas' EWMAs (the gateway's own
+        peak-EWMA TTFT where the backend reports none)."""
+        total = Load()
+        ttfts: list[float] = []
+        itls: list[float] = []
+        for r in self.replicas:
+            load = r.backend.load()
+            total.running += max(load.running, r.in_flight)
+            total.waiting += load.waiting
+            ttft = load.ttft_ms_ewma if load.ttft_ms_ewma is not None else r.latency.value
+            if ttft is not None:
+                ttfts.append(ttft)
+            if load.itl_ms_ewma is not None:
+                itls.append(load.itl_ms_ewma)
+        total.waiting += self.admission.queued
+        total.ttft_ms_ewma = sum(ttfts) / len(ttfts) if ttfts else None
+        total.itl_ms_ewma = sum(itls) / len(itls) if itls else None
+        return total
+
+    def view(self) -> TierView:
+        available = sum(1 for r in self.replicas if r.breaker.available())
+        return TierView(
+            self.name, self.cost, self.load(), len(self.replicas), available, self.admission.config.max_concurrency
+        )
+
+    def pick(self, hashes: Sequence[bytes], exclude: Collection[Replica] = ()) -> Replica | None:
+        """A replica whose breaker lets traffic through: prefix affinity first, else P2C."""
+        eligible = [r for r in self.replicas if r not in exclude and r.breaker.available()]
+        if not eligible:
+            return None
+        chosen: Replica | None = None
+        if hashes and self.prefixes.config.enabled and len(eligible) > 1:
+            name, ratio = self.prefixes.best(hashes, [r.name for r in eligible])
+            if name is not None and ratio >= self.prefixes.config.min_match:
+                if not self.prefixes.imbalanced([r.in_flight for r in eligible]):
+                    chosen = next(r for r in eligible if r.name == name)
+        if chosen is None:
+            chosen = eligible[self._balancer.pick(eligible)]
+        if not chosen.breaker.allow():  # a half-open probe slot was taken meanwhile
+            return None
+        if hashes:
+            self.prefixes.insert(hashes, chosen.name)
+        return chosen
