@@ -11,10 +11,14 @@ from typing import Annotated, Any
 import typer
 
 from blink.config import ConfigError, load_settings
+from blink.gateway.cli_cache import cache_app
+from blink.gateway.cli_keys import keys_app
 
 app = typer.Typer(help="Blink: a real-time, OpenAI-compatible LLM inference server.", no_args_is_help=True)
 models_app = typer.Typer(help="List or download models.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
+app.add_typer(keys_app, name="keys")
+app.add_typer(cache_app, name="cache")
 
 _DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 
@@ -45,6 +49,9 @@ def serve(
     max_concurrent_streams: Annotated[int | None, typer.Option(help="Generation requests in flight before 503.")] = None,
     max_body_bytes: Annotated[str | None, typer.Option(help="Request body limit, e.g. 1MiB.")] = None,
     log_level: Annotated[str | None, typer.Option(help="critical|error|warning|info|debug|trace.")] = None,
+    api_keys: Annotated[bool, typer.Option("--api-keys", help="Require API keys (manage them with 'blink keys').")] = False,
+    exact_cache: Annotated[bool, typer.Option("--exact-cache", help="Serve repeated deterministic requests from the cache.")] = False,
+    semantic_cache: Annotated[bool, typer.Option("--semantic-cache", help="Also serve guarded near-duplicate questions (implies --exact-cache).")] = False,
 ) -> None:
     """Start the OpenAI-compatible server."""
     from blink.serve import EmbeddedBackendMissingError, run
@@ -75,7 +82,7 @@ def serve(
     if upstream is not None:
         model_flags["kind"] = "openai_http"
     try:
-        settings = load_settings(config, server=server, model=model_flags)
+        settings = load_settings(config, server=server, model=model_flags, sections=_front_sections(api_keys, exact_cache, semantic_cache))
         run(settings)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
@@ -83,6 +90,18 @@ def serve(
     except EmbeddedBackendMissingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def _front_sections(api_keys: bool, exact_cache: bool, semantic_cache: bool) -> dict[str, Any]:
+    """The --api-keys / --exact-cache / --semantic-cache switches as settings sections."""
+    sections: dict[str, Any] = {}
+    if api_keys:
+        sections["auth"] = {"enabled": True}
+    if exact_cache or semantic_cache:
+        sections["cache"] = {"exact": {"enabled": True}}
+        if semantic_cache:
+            sections["cache"]["semantic"] = {"enabled": True}
+    return sections
 
 
 @app.command()
