@@ -77,6 +77,7 @@ def build_app(settings: Settings) -> FastAPI:
         settings.server,
         front=build_front_factory(settings),
         key_store=build_key_store(settings),
+        obs_settings=settings.obs,
     )
     register_router_metrics(app, settings)
     return app

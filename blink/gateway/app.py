@@ -8,13 +8,16 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from blink.backends.registry import BackendRegistry
-from blink.config import ServerSettings
+from blink.config import ObsSettings, ServerSettings
 from blink.gateway.auth import ApiKeyStore, AuthMiddleware
+from blink.gateway.dashboard import build_dashboard_router
 from blink.gateway.errors import install_error_handlers
 from blink.gateway.front import GatewayFront
 from blink.gateway.limits import BodySizeLimitMiddleware, ConcurrencyLimitMiddleware
 from blink.gateway.routes import build_router
 from blink.obs.metrics import GatewayMetrics
+from blink.obs.middleware import ObservabilityMiddleware
+from blink.obs.setup import build_observability
 
 
 def create_app(
@@ -22,13 +25,15 @@ def create_app(
     server_settings: ServerSettings,
     front: Callable[[GatewayMetrics], GatewayFront] | None = None,
     key_store: ApiKeyStore | None = None,
+    obs_settings: ObsSettings | None = None,
 ) -> FastAPI:
     """An ASGI app serving ``registry``'s models; backends start in its lifespan.
 
     ``front`` builds the auth/rate-limit/cache stages (given the metrics registry); ``key_store``
     turns API keys on.
     """
-    metrics = GatewayMetrics()
+    obs = build_observability(obs_settings, lambda: [(b.name, b.load()) for b in registry.backends()])
+    metrics: GatewayMetrics = obs.metrics
     gateway_front = front(metrics) if front is not None else GatewayFront(registry=metrics.registry)
 
     @asynccontextmanager
@@ -40,10 +45,12 @@ def create_app(
         finally:
             await gateway_front.aclose()
             await registry.aclose_all()
+            obs.close()
 
     app = FastAPI(title="Blink", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.registry = registry
     app.state.metrics = metrics
+    app.state.obs = obs
     app.state.front = gateway_front
     app.include_router(build_router(registry, server_settings, metrics, gateway_front))
     # Added innermost first: requests pass the catch-all, then the body limit, then concurrency.
@@ -52,4 +59,8 @@ def create_app(
     if key_store is not None:  # outermost: unauthenticated requests take no concurrency slot
         app.add_middleware(AuthMiddleware, store=key_store)
     install_error_handlers(app)
+    if obs.live is not None:
+        app.include_router(build_dashboard_router(obs))
+    # Outermost: times every generation request as the client sees it, rejections included.
+    app.add_middleware(ObservabilityMiddleware, obs=obs)
     return app

@@ -21,7 +21,9 @@ from blink.backends.base import Backend, Delta, GenerationRequest, Usage
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.errors import error_messages
 from blink.gateway.streaming import DONE, ChunkEncoder, error_event
+from blink.obs.deltas import observe_stream
 from blink.obs.metrics import GatewayMetrics
+from blink.obs.stages import record_error
 from blink.protocol.errors import BackendTimeoutError, BlinkError, InternalServerError
 
 log = logging.getLogger("blink.gateway")
@@ -78,14 +80,12 @@ class GenerationResponse(Response):
             if not disconnected or task is None or task.uncancel() > 0:
                 raise
             self._status = _CLIENT_CLOSED
-            self._metrics.disconnects.inc()
         finally:
             watch.remove_done_callback(on_disconnect)
             watch.cancel()
-            self._metrics.requests.labels(self._endpoint, str(self._status)).inc()
 
     async def _run(self, send: Send) -> None:
-        it = self._backend.stream(self._req)
+        it = observe_stream(self._backend.stream(self._req), self._req, self._backend.name)
         try:
             async with asyncio.timeout(self._timeout_s):
                 if self._stream:
@@ -158,7 +158,6 @@ class GenerationResponse(Response):
 
     def _ttft_ms(self) -> float:
         ms = (time.perf_counter() - self._t0) * 1000.0
-        self._metrics.ttft.labels(self._endpoint).observe(ms / 1000.0)
         return ms
 
     def _start_message(self, content_type: bytes, ttft_ms: float | None, length: int | None = None) -> Message:
@@ -179,6 +178,7 @@ class GenerationResponse(Response):
 
     async def _fail(self, send: Send, err: BlinkError) -> None:
         self._status = err.status
+        record_error(err.status, err.type)
         if self._started:
             await send({"type": "http.response.body", "body": error_event(err), "more_body": False})
             return

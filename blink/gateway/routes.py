@@ -14,6 +14,7 @@ from blink.gateway.front import GatewayFront
 from blink.gateway.generation_response import GenerationResponse
 from blink.gateway.request_mapping import apply_routing_headers, chat_request, completion_request
 from blink.gateway.request_parsing import parse_json_object, validate
+from blink.obs import annotate, lap
 from blink.obs.metrics import GatewayMetrics
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.completions import CompletionRequest
@@ -36,8 +37,11 @@ def build_router(
         raw = parse_json_object(await request.body())
         directives = front.directives(raw, request.headers)
         body = validate(ChatCompletionRequest, raw)
+        lap("parse")
         backend = registry.resolve(body.model)
         model = body.model or registry.default_model()
+        annotate(model=model, backend=backend.name)
+        lap("resolve")
         admission = await front.admit(request, model, directives)
         req = apply_routing_headers(chat_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers)
         stream, include_usage = bool(body.stream), bool(body.stream_options and body.stream_options.include_usage)
@@ -62,8 +66,11 @@ def build_router(
         raw = parse_json_object(await request.body())
         directives = front.directives(raw, request.headers)
         body = validate(CompletionRequest, raw)
+        lap("parse")
         backend = registry.resolve(body.model)
         model = body.model or registry.default_model()
+        annotate(model=model, backend=backend.name)
+        lap("resolve")
         admission = await front.admit(request, model, directives)
         req = apply_routing_headers(completion_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers)
         stream, include_usage = bool(body.stream), bool(body.stream_options and body.stream_options.include_usage)

@@ -1,0 +1,10 @@
+"""The live dashboard at ``/dashboard``: one static page, its assets, and a stats feed.
+
+Everything is served from the package (no CDN), so the page works offline. The page reads
+``/dashboard/events`` (Server-Sent Events, one snapshot per second) and falls back to polling
+``/dashboard/stats`` (the same JSON) where EventSource is unavailable.
+"""
+
+from blink.gateway.dashboard.routes import build_dashboard_router
+
+__all__ = ["build_dashboard_router"]

@@ -1,0 +1,45 @@
+"""Engine gauges read at scrape time from each backend's ``load()``: nothing is pushed.
+
+A scrape every few seconds costs one ``load()`` call per backend; pushing on every engine
+step would cost the engine's hot loop instead. A field a backend does not report (``None``, or
+absent from its ``Load``) produces no sample rather than a misleading zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+# () -> [(model name, Load)]: what the collector reads; the gateway passes its registry's backends.
+LoadSource = Callable[[], Iterable[tuple[str, Any]]]
+
+# (series, help, Load attribute)
+ENGINE_GAUGES = (
+    ("vllm:num_requests_running", "Requests running in the engine.", "running"),
+    ("vllm:num_requests_waiting", "Requests waiting in the engine queue.", "waiting"),
+    ("vllm:kv_cache_usage_perc", "KV-cache usage, 0-1.", "kv_usage"),
+    ("blink_prefix_cache_hit_rate", "Prefix-cache hit rate, 0-1.", "prefix_cache_hit_rate"),
+    ("blink_spec_decode_acceptance_rate", "Speculative-decoding draft acceptance rate, 0-1.", "spec_acceptance_rate"),
+    ("blink_engine_batch_size", "Sequences in the last engine step.", "batch_size"),
+)
+
+
+class EngineCollector(Collector):
+    def __init__(self, loads: LoadSource) -> None:
+        self._loads = loads
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        # Described without reading backends, so registering never calls load().
+        return [GaugeMetricFamily(name, doc, labels=["model_name"]) for name, doc, _ in ENGINE_GAUGES]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        families = {attr: GaugeMetricFamily(name, doc, labels=["model_name"]) for name, doc, attr in ENGINE_GAUGES}
+        for model, load in self._loads():
+            for attr, family in families.items():
+                value = getattr(load, attr, None)
+                if value is not None:
+                    family.add_metric([model], float(value))
+        yield from families.values()

@@ -1,0 +1,59 @@
+"""Pure ASGI middleware that opens and closes one ``RequestTrace`` per generation request.
+
+It sits outermost, so it sees every outcome the client sees (401 from auth, 503 from the
+concurrency limit, 400 from parsing, streamed successes) and times the request end to end.
+The trace is bound to a ``ContextVar`` for the layers inside (see ``blink.obs.stages``) and
+finished after the last byte was sent.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from blink.obs.observer import Observability
+from blink.obs.stages import bind, unbind
+
+# Route label by path: the OpenAI endpoints Blink serves.
+ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+# nginx's code for "the client closed the connection before the response was complete".
+CLIENT_CLOSED = 499
+
+
+class ObservabilityMiddleware:
+    def __init__(self, app: ASGIApp, obs: Observability) -> None:
+        self.app = app
+        self.obs = obs
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = ROUTES.get(scope["path"]) if scope["type"] == "http" else None
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        trace = self.obs.begin(route)
+        for name, value in scope["headers"]:
+            if name == b"traceparent":
+                trace.traceparent = value.decode("latin-1")
+        complete = False
+
+        async def observed_send(message: Message) -> None:
+            nonlocal complete
+            if message["type"] == "http.response.start":
+                # A status already set by the response (a mid-stream error) is not overwritten.
+                if trace.status == 200:
+                    trace.status = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                complete = True
+            await send(message)
+
+        token = bind(trace)
+        try:
+            await self.app(scope, receive, observed_send)
+        except BaseException:
+            if trace.status == 200:
+                trace.status = CLIENT_CLOSED if not complete else 500
+            raise
+        finally:
+            unbind(token)
+            if not complete and trace.status == 200:
+                trace.status = CLIENT_CLOSED
+            self.obs.finish(trace)
