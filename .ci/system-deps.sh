@@ -5,6 +5,8 @@ set -euo pipefail
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   pkgs=()
   # (add packages here, one array entry per line)
+  pkgs+=(chromium)     # dashboard test (headless, driven by PyPI playwright; never `playwright install`)
+  pkgs+=(prometheus)   # scrape test: a real Prometheus querying /metrics
   if [ "${#pkgs[@]}" -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
