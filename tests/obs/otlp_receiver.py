@@ -1,0 +1,51 @@
+"""A real OTLP/HTTP trace receiver (protobuf) for tests: keeps every span it is sent."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+
+class OTLPReceiver:
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+        self.received = threading.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        status = 404
+        if scope["path"] == "/v1/traces":
+            req = ExportTraceServiceRequest.FromString(body)
+            for rs in req.resource_spans:
+                for ss in rs.scope_spans:
+                    self.spans.extend(ss.spans)
+            self.received.set()
+            status = 200
+        out = ExportTraceServiceResponse().SerializeToString()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/x-protobuf")]})
+        await send({"type": "http.response.body", "body": out})
+
+
+def attrs(span: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in span.attributes:
+        v = kv.value
+        kind = v.WhichOneof("value")
+        out[kv.key] = [x.string_value for x in v.array_value.values] if kind == "array_value" else getattr(v, kind)
+    return out

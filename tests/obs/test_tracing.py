@@ -1,0 +1,73 @@
+"""Spans reach a real OTLP/HTTP receiver: one server span per request, a child per stage."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import openai
+import pytest
+from live_server import LiveServer
+from otlp_receiver import OTLPReceiver, attrs
+from upstream_server import FakeUpstream
+
+from blink.config import ModelSettings, ObsSettings, Settings
+from blink.obs.observer import Observability
+from blink.obs.setup import build_observability
+from blink.serve import build_app
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[tuple[OTLPReceiver, str]]:
+    rec = OTLPReceiver()
+    with LiveServer(rec) as server:
+        yield rec, server.url
+
+
+def test_request_produces_genai_span_tree(receiver: tuple[OTLPReceiver, str], obs_upstream: FakeUpstream) -> None:
+    rec, url = receiver
+    settings = Settings(
+        models=[ModelSettings(name="fake", kind="openai_http", base_url=obs_upstream.base_url)],
+        obs=ObsSettings(otlp_endpoint=url, request_log="off"),
+    )
+    parent_trace = "0af7651916cd43dd8448eb211c80319c"
+    with LiveServer(build_app(settings)) as gw:
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="x", max_retries=0)
+        resp = client.chat.completions.create(
+            model="fake", messages=[{"role": "user", "content": "hi"}], max_tokens=5, temperature=0.5,
+            extra_headers={"traceparent": f"00-{parent_trace}-b7ad6b7169203331-01"},
+        )
+    # Stopping the server shut the provider down, which flushed the batch processor.
+    deadline = time.monotonic() + 10
+    while not rec.spans and time.monotonic() < deadline:
+        time.sleep(0.05)
+    by_name = {s.name: s for s in rec.spans}
+    root = by_name["chat fake"]
+    a = attrs(root)
+    assert a["gen_ai.operation.name"] == "chat"
+    assert a["gen_ai.request.model"] == "fake"
+    assert a["gen_ai.request.max_tokens"] == 5
+    assert a["gen_ai.request.temperature"] == 0.5
+    assert a["gen_ai.usage.output_tokens"] == 5
+    assert a["gen_ai.response.finish_reasons"] == ["length"]
+    assert a["gen_ai.response.id"] == resp.id
+    assert a["http.response.status_code"] == 200
+    assert root.trace_id.hex() == parent_trace  # the client's trace context is continued
+    for stage in ("blink.parse", "blink.resolve", "blink.backend_ttft", "blink.stream"):
+        child = by_name[stage]
+        assert child.parent_span_id == root.span_id and child.trace_id == root.trace_id
+        assert root.start_time_unix_nano <= child.start_time_unix_nano <= child.end_time_unix_nano
+        assert child.end_time_unix_nano <= root.end_time_unix_nano
+    ttft_ns = by_name["blink.backend_ttft"].end_time_unix_nano - root.start_time_unix_nano
+    assert abs(ttft_ns / 1e6 - a["blink.ttft_ms"]) < 1.0
+
+
+def test_no_endpoint_means_no_tracing_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    obs: Observability = build_observability(ObsSettings(request_log="off"))
+    assert obs.tracing is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    obs2 = build_observability(ObsSettings(request_log="off"))
+    assert obs2.tracing is not None
+    obs2.close()
