@@ -7,6 +7,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   # (add packages here, one array entry per line)
   pkgs+=(chromium)     # dashboard test (headless, driven by PyPI playwright; never `playwright install`)
   pkgs+=(prometheus)   # scrape test: a real Prometheus querying /metrics
+  pkgs+=(redis-server) # rate limits shared by two gateway processes (tests/servers.py starts it)
   if [ "${#pkgs[@]}" -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null

@@ -34,7 +34,7 @@ def create_app(
     """
     obs = build_observability(obs_settings, lambda: [(b.name, b.load()) for b in registry.backends()])
     metrics: GatewayMetrics = obs.metrics
-    gateway_front = front(metrics) if front is not None else GatewayFront(registry=metrics.registry)
+    gateway_front = front(metrics) if front is not None else GatewayFront()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

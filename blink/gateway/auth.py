@@ -19,6 +19,7 @@ from pathlib import Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from blink.gateway.errors import error_messages
+from blink.obs import stage
 from blink.protocol.errors import AuthenticationError, PermissionDeniedError
 
 PRINCIPAL_STATE_KEY = "blink_principal"
@@ -152,7 +153,8 @@ class AuthMiddleware:
                 "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.", code="missing_api_key"
             )
         else:
-            key = self.store.lookup(secret)
+            with stage("auth"):
+                key = self.store.lookup(secret)
             if key is not None:
                 scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = key
                 await self.app(scope, receive, send)

@@ -3,18 +3,16 @@
 Authentication itself is ``AuthMiddleware`` (pure ASGI, 401 before the body is read); what
 needs the request body (the model, the cache key) happens here, called by the routes:
 ``directives`` -> ``admit`` (403, 429) -> ``lookup`` (replay a hit) -> the backend, whose
-finished response ``on_complete`` hands to the cache fill and the token counter. Each stage's
-time is recorded in ``blink_front_stage_seconds{stage=...}``.
+finished response ``on_complete`` hands to the cache fill and the token counter. Each stage is
+timed with the obs stage API (``blink_stage_duration_seconds{stage="ratelimit"|"cache"}``).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,11 +23,10 @@ from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, check_model_allowed
 from blink.gateway.cache.replay import CachedReplayResponse
 from blink.gateway.cache.stage import CacheDirectives, CacheLookup, ResponseCache
 from blink.gateway.ratelimit import RateLimiter, RateLimitTicket
+from blink.obs import annotate, stage
 
 DEFAULT_TENANT = "default"
 ANONYMOUS_KEY = "anonymous"
-# Stage budgets are sub-millisecond: buckets from 20 us to 50 ms.
-_STAGE_BUCKETS = (2e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2)
 
 
 @dataclass(slots=True)
@@ -44,18 +41,9 @@ class Admission:
 
 
 class GatewayFront:
-    def __init__(
-        self,
-        cache: ResponseCache | None = None,
-        limiter: RateLimiter | None = None,
-        registry: CollectorRegistry | None = None,
-    ) -> None:
+    def __init__(self, cache: ResponseCache | None = None, limiter: RateLimiter | None = None) -> None:
         self.cache = cache
-        self.limiter = limiter if limiter is not None and limiter.active else None
-        self._stage = Histogram(
-            "blink_front_stage_seconds", "Time spent in each front stage of the request path.", ["stage"],
-            buckets=_STAGE_BUCKETS, registry=registry if registry is not None else CollectorRegistry(),
-        )
+        self.limiter = limiter
 
     async def start(self) -> None:
         if self.cache is not None:
@@ -76,12 +64,13 @@ class GatewayFront:
         key: ApiKey | None = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
         check_model_allowed(key, model)
         adm = Admission(key, key.tenant if key else DEFAULT_TENANT, model, directives)
+        if key is not None:
+            annotate(key_id=key.key_id)
         if self.limiter is not None:
-            t0 = time.perf_counter()
-            rpm, tpm = (key.requests_per_minute, key.tokens_per_minute) if key else (0, 0)
-            adm.ticket = await self.limiter.admit(key.key_id if key else ANONYMOUS_KEY, rpm, tpm, model)
+            with stage("ratelimit"):
+                rpm, tpm = (key.requests_per_minute, key.tokens_per_minute) if key else (0, 0)
+                adm.ticket = await self.limiter.admit(key.key_id if key else ANONYMOUS_KEY, rpm, tpm, model)
             adm.headers += adm.ticket.headers
-            self._stage.labels("ratelimit").observe(time.perf_counter() - t0)
         return adm
 
     async def lookup(
@@ -90,9 +79,9 @@ class GatewayFront:
         """A replay of a cached response, or None (then ``adm`` carries what the fill needs)."""
         if self.cache is None:
             return None
-        t0 = time.perf_counter()
-        adm.cache = await self.cache.lookup(req, adm.tenant, adm.directives)
-        self._stage.labels("cache_lookup").observe(time.perf_counter() - t0)
+        with stage("cache"):
+            adm.cache = await self.cache.lookup(req, adm.tenant, adm.directives)
+        annotate(cache=adm.cache.outcome)
         adm.headers += adm.cache.headers()
         if adm.cache.entry is None:
             return None

@@ -49,9 +49,12 @@ def build_response_cache(cache: CacheSettings) -> ResponseCache | None:
 
 def build_front_factory(settings: Settings) -> Callable[[GatewayMetrics], GatewayFront]:
     cache = build_response_cache(settings.cache)
-    limiter = RateLimiter(settings.ratelimit)
+    limits = settings.ratelimit
+    # Keys carry their own limits, so with API keys on the limiter is always consulted.
+    wanted = settings.auth.enabled or limits.requests_per_minute or limits.tokens_per_minute or limits.models
+    limiter = RateLimiter(limits) if wanted else None
 
     def factory(metrics: GatewayMetrics) -> GatewayFront:
-        return GatewayFront(cache, limiter, metrics.registry)
+        return GatewayFront(cache, limiter)
 
     return factory

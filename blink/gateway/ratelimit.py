@@ -51,11 +51,6 @@ class RateLimiter:
         self._limiter = MovingWindowRateLimiter(self._storage)
         self._pending: set[asyncio.Task[None]] = set()
 
-    @property
-    def active(self) -> bool:
-        s = self.settings
-        return bool(s.requests_per_minute or s.tokens_per_minute or s.models)
-
     def _limits(self, key_id: str, key_rpm: int, key_tpm: int, model: str) -> list[_Limit]:
         s = self.settings
         out: list[_Limit] = []

@@ -1,0 +1,93 @@
+"""API keys end to end: 401 without/with a wrong/revoked key, 403 for another model, hashed storage."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from live_server import LiveServer
+from upstream_server import FakeUpstream
+
+from blink.config import AuthSettings, ModelSettings, ServerSettings, Settings
+from blink.gateway.auth import ApiKeyStore
+from blink.serve import build_app
+
+MSGS = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def keys_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("keys") / "keys.db"
+
+
+@pytest.fixture(scope="module")
+def secured(upstream: FakeUpstream, keys_db: Path) -> Iterator[LiveServer]:
+    settings = Settings(
+        server=ServerSettings(),
+        models=[
+            ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url),
+            ModelSettings(name="other", kind="openai_http", base_url=upstream.base_url),
+        ],
+        auth=AuthSettings(enabled=True, keys_db=str(keys_db)),
+    )
+    with LiveServer(build_app(settings)) as server:
+        yield server
+
+
+def _client(server: LiveServer, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.url}/v1", api_key=key, max_retries=0)
+
+
+def test_valid_key_is_served(secured: LiveServer, keys_db: Path) -> None:
+    _, secret = ApiKeyStore(keys_db).create("acme")
+    resp = _client(secured, secret).chat.completions.create(model="fake", messages=MSGS)  # type: ignore[arg-type]
+    assert resp.choices[0].message.content
+    # The other accepted header form.
+    r = httpx.post(f"{secured.url}/v1/chat/completions", json={"model": "fake", "messages": MSGS},
+                   headers={"x-api-key": secret})
+    assert r.status_code == 200
+
+
+def test_missing_key_is_401(secured: LiveServer) -> None:
+    r = httpx.post(f"{secured.url}/v1/chat/completions", json={"model": "fake", "messages": MSGS})
+    assert r.status_code == 401
+    err = r.json()["error"]
+    assert err["type"] == "authentication_error" and err["code"] == "missing_api_key"
+
+
+def test_wrong_key_is_401_with_the_openai_client(secured: LiveServer) -> None:
+    with pytest.raises(openai.AuthenticationError) as info:
+        _client(secured, "bk-nope-nope").chat.completions.create(model="fake", messages=MSGS)  # type: ignore[arg-type]
+    assert info.value.code == "invalid_api_key"
+
+
+def test_revoked_key_is_401(secured: LiveServer, keys_db: Path) -> None:
+    store = ApiKeyStore(keys_db)
+    key, secret = store.create("acme")
+    assert _client(secured, secret).models.list().data
+    assert store.revoke(key.key_id)
+    with pytest.raises(openai.AuthenticationError):
+        _client(secured, secret).models.list()
+
+
+def test_key_for_another_model_is_403(secured: LiveServer, keys_db: Path) -> None:
+    _, secret = ApiKeyStore(keys_db).create("acme", models=["other"])
+    with pytest.raises(openai.PermissionDeniedError) as info:
+        _client(secured, secret).chat.completions.create(model="fake", messages=MSGS)  # type: ignore[arg-type]
+    assert info.value.code == "model_not_allowed"
+    assert _client(secured, secret).chat.completions.create(model="other", messages=MSGS).choices  # type: ignore[arg-type]
+
+
+def test_health_stays_open(secured: LiveServer) -> None:
+    assert httpx.get(f"{secured.url}/health").status_code == 200
+
+
+def test_keys_are_stored_hashed(keys_db: Path) -> None:
+    store = ApiKeyStore(keys_db)
+    key, secret = store.create("t")
+    assert secret.startswith(f"bk-{key.key_id}-")
+    assert secret.encode() not in keys_db.read_bytes()
+    assert store.lookup(secret) is not None and store.lookup(secret + "x") is None
