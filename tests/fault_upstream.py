@@ -71,6 +71,9 @@ class FaultUpstream(FakeUpstream):
             task = asyncio.ensure_future(self._respond(req, chat, cfg, send))
             watch = asyncio.ensure_future(_until_disconnect(receive))
             done, _ = await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+            if watch in done and task not in done:
+                self.cancelled += 1  # the client (the gateway) went away: e.g. a hedge loser
+                self.cancelled_event.set()
             for t in (task, watch):
                 t.cancel()
             await asyncio.gather(task, watch, return_exceptions=True)
