@@ -33,12 +33,18 @@ async def test_hedge_wins_on_the_fast_replica_and_cancels_the_slow_one() -> None
         config = RoutedConfig(hedge=HedgeConfig(enabled=True, min_samples=5, min_delay_ms=20.0))
         routed = RoutedBackend("auto", [Tier("t", [a, b])], config=config)
         await routed.start()
+        # Warm-up: "fast" answers in 50 ms, "slow" at once, so peak-EWMA P2C prefers "slow"...
+        fast.fault, fast.slow_s = "slow_first", 0.05
         try:
-            while min(len(r.ttft) for r in routed.tiers["t"].replicas) < 5:  # learn both p95s
+            for _ in range(30):
                 assert "".join([d.text async for d in routed.stream(_req())]) == " t0 t1 t2 t3"
+                if len(routed.tiers["t"].replicas[0].ttft) >= 5:
+                    break
+            # ...then "slow" stalls 2 s before its first token and "fast" is instant.
             slow.fault, slow.slow_s = "slow_first", 2.0
+            fast.fault = None
             hedged_before = routed.counters.hedges
-            for _ in range(20):  # P2C picks at random: go until the slow replica is the primary
+            for _ in range(5):
                 t0 = time.perf_counter()
                 text = "".join([d.text async for d in routed.stream(_req())])
                 assert text == " t0 t1 t2 t3"
