@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from blink.bench.command import bench
 from blink.config import ConfigError, load_settings
 from blink.gateway.cli_cache import cache_app
 from blink.gateway.cli_keys import keys_app
@@ -19,6 +20,7 @@ models_app = typer.Typer(help="List or download models.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(keys_app, name="keys")
 app.add_typer(cache_app, name="cache")
+app.command()(bench)
 
 _DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 
