@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from typing import Any
 
@@ -11,6 +10,7 @@ import openai
 import pytest
 from live_server import LiveServer
 from prometheus_client.parser import text_string_to_metric_families
+from system_tools import require
 
 from blink.backends.base import Load
 from blink.obs.metrics import SERIES_DOC, GatewayMetrics
@@ -129,10 +129,10 @@ def test_every_series_is_documented() -> None:
         assert f"`{name}" in SERIES_DOC or f"/ `{name}`" in SERIES_DOC, name
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="Debian prometheus (promtool) is installed by .ci/system-deps.sh")
 def test_promtool_accepts_the_scrape(client: openai.OpenAI, obs_gateway: LiveServer) -> None:
+    promtool = require("promtool")
     client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}])
     text = httpx.get(f"{obs_gateway.url}/metrics").text
-    proc = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     # promtool exits 1 for style lints (e.g. colons in vLLM's names); parse errors are what must not appear.
     assert "error while linting" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
