@@ -61,7 +61,10 @@
     return points;
   }
 
-  function fmt(v) { return v >= 1000 ? (v / 1000).toFixed(1) + "k" : v >= 10 ? v.toFixed(0) : v.toFixed(1); }
+  function fmt(v) {
+    if (v >= 1000) return (v / 1000).toFixed(1) + "k";
+    return v >= 100 || Number.isInteger(v) ? v.toFixed(0) : v.toFixed(1);
+  }
 
   function bars(el, counts) {
     const entries = Object.entries(counts || {});
