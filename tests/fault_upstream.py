@@ -13,7 +13,8 @@ before the first token (a gateway can fail over transparently):
 after the first token (the stream must end with an explicit error, or continue elsewhere):
   stall_mid, cut_mid, error_mid (an SSE error event), truncated (ends without finish/[DONE]);
 slow but correct (must complete): slow (large inter-token gaps), slow_first (large TTFT);
-the client's own fault (must not fail over): http_400.
+the client's own fault (must not fail over): http_400; and ``unsure`` (a complete stream with
+low token logprobs) for cascade tests.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ class FaultUpstream(FakeUpstream):
         if fault == "stall_first":
             await _until_disconnect(receive)
             return
+        if fault == "unsure":
+            await self._unsure(req, chat, body)
+            return
         if fault == "cut_first":
             raise ConnectionAbortedError("injected cut before the first token")
         for k in range(MID):
@@ -118,6 +122,24 @@ class FaultUpstream(FakeUpstream):
             await body(b"", more=False)
         else:
             raise ValueError(f"unknown fault {fault!r}")
+
+
+    async def _unsure(self, req: dict[str, Any], chat: bool, body: Any) -> None:
+        """A complete, well-formed stream whose tokens carry low logprobs (a model guessing)."""
+        for k in range(int(self.defaults["tokens"])):
+            lp = {"token": f" t{k}", "logprob": -3.0, "bytes": None, "top_logprobs": []}
+            if chat:
+                choice = {"index": 0, "delta": {"content": f" t{k}"}, "logprobs": {"content": [lp]}, "finish_reason": None}
+            else:
+                choice = {"index": 0, "text": f" t{k}", "logprobs": {"tokens": [f" t{k}"], "token_logprobs": [-3.0]},
+                          "finish_reason": None}
+            event = {"id": "up", "object": "chat.completion.chunk" if chat else "text_completion", "created": 0,
+                     "model": "fake", "choices": [choice]}
+            await body(b"data: " + orjson.dumps(event) + b"\n\n")
+        end = {"index": 0, "delta": {}, "finish_reason": "stop"} if chat else {"index": 0, "text": "", "finish_reason": "stop"}
+        event = {"id": "up", "object": "chat.completion.chunk" if chat else "text_completion", "created": 0,
+                 "model": "fake", "choices": [end]}
+        await body(b"data: " + orjson.dumps(event) + b"\n\ndata: [DONE]\n\n", more=False)
 
 
 class RawFaultServer:
