@@ -108,3 +108,15 @@ def test_promql_returns_the_ttft_histogram_of_a_request(blink_serve: str, promet
     assert p99 and 0 < float(p99[0]["value"][1]) <= 60
     up = _query(prometheus, 'up{job="blink"}')
     assert up and up[0]["value"][1] == "1"
+
+
+def test_every_grafana_query_is_valid_promql(prometheus: str) -> None:
+    from test_grafana import dashboard_exprs
+
+    for expr in dashboard_exprs():
+        # Grafana's variables, as Grafana would expand them for "All" models and a 1 s scrape.
+        promql = expr.replace("$model", ".*").replace("$__rate_interval", "1m")
+        resp = httpx.get(f"{prometheus}/api/v1/query", params={"query": promql}, timeout=5)
+        if expr.startswith("label_values("):
+            continue  # a Grafana template function, not PromQL
+        assert resp.status_code == 200 and resp.json()["status"] == "success", (expr, resp.text)
