@@ -198,6 +198,9 @@ class ObsSettings(BaseModel):
     # OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318); unset = no tracing at all.
     # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT are honoured when this is unset.
     otlp_endpoint: str | None = None
+    # Share of requests traced when the client sent no sampled trace context (parent-based, as
+    # OpenTelemetry's default sampler): 1.0 traces every request; 0.1 cuts tracing cost tenfold.
+    trace_sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
     service_name: str = "blink"
     # One JSON line per request: stdout | stderr | off | a file path.
     request_log: str = "stdout"

@@ -9,6 +9,9 @@ engine gauges are read at scrape time by ``EngineCollector``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -68,6 +71,21 @@ _EVENT_COUNTERS = {
 }
 
 
+@dataclass(slots=True)
+class _Children:
+    """The labelled series one (model, backend, route, tier) writes to."""
+
+    ttft: Any
+    itl: Any
+    tpot: Any
+    e2e: Any
+    queue: Any
+    requests: dict[int, Any]
+    stages: dict[str, Any]
+    prompt_tokens: Any
+    generation_tokens: Any
+
+
 class GatewayMetrics:
     """Every Prometheus series the gateway exports, on a private registry."""
 
@@ -104,34 +122,51 @@ class GatewayMetrics:
         self.disconnects = Counter("blink_client_disconnects", "Generations aborted because the client went away.",
                                    registry=r)
         self.in_flight = Gauge("blink_requests_in_flight", "Generation requests being served.", registry=r)
+        self._cache: dict[tuple[str, str, str, str], _Children] = {}
         if loads is not None:
             r.register(EngineCollector(loads))
 
+    def _children(self, t: RequestTrace) -> _Children:
+        # ``labels()`` costs a lock and a dict lookup per call; one request touches ~10 series,
+        # so the children for a (model, backend, route, tier) are resolved once and kept.
+        key = (t.model, t.backend, t.route, t.tier)
+        c = self._cache.get(key)
+        if c is None:
+            c = _Children(self.ttft.labels(*key), self.itl.labels(*key), self.tpot.labels(*key),
+                          self.e2e.labels(*key), self.queue.labels(*key), {}, {},
+                          self.prompt_tokens.labels(t.model), self.generation_tokens.labels(t.model))
+            self._cache[key] = c
+        return c
+
     def observe(self, t: RequestTrace) -> None:
         """Record one finished request."""
-        labels = (t.model, t.backend, t.route, t.tier)
-        self.requests.labels(t.model, t.backend, t.route, str(t.status)).inc()
+        c = self._children(t)
+        status = c.requests.get(t.status)
+        if status is None:
+            status = c.requests[t.status] = self.requests.labels(t.model, t.backend, t.route, str(t.status))
+        status.inc()
         if t.status == 499:
             self.disconnects.inc()
-        self.e2e.labels(*labels).observe(t.e2e)
+        c.e2e.observe(t.e2e)
         for s in t.stages:
-            self.stage.labels(s.name, t.model, t.route).observe(s.seconds)
+            stage = c.stages.get(s.name)
+            if stage is None:
+                stage = c.stages[s.name] = self.stage.labels(s.name, t.model, t.route)
+            stage.observe(s.seconds)
         if t.queue_time is not None:
-            self.queue.labels(*labels).observe(t.queue_time)
+            c.queue.observe(t.queue_time)
         if t.ttft is not None:
-            self.ttft.labels(*labels).observe(t.ttft)
-        if t.itl:
-            child = self.itl.labels(*labels)
-            for gap in t.itl:
-                child.observe(gap)
+            c.ttft.observe(t.ttft)
+        for gap in t.itl:
+            c.itl.observe(gap)
         if t.tpot is not None:
-            self.tpot.labels(*labels).observe(t.tpot)
+            c.tpot.observe(t.tpot)
         if t.status == 200:
             self.success.labels(t.model, t.finish_reason or "unknown").inc()
         if t.prompt_tokens:
-            self.prompt_tokens.labels(t.model).inc(t.prompt_tokens)
+            c.prompt_tokens.inc(t.prompt_tokens)
         if t.completion_tokens:
-            self.generation_tokens.labels(t.model).inc(t.completion_tokens)
+            c.generation_tokens.inc(t.completion_tokens)
         if t.cache != "none":
             self.cache.labels(t.cache).inc()
         for event, event_labels in t.events:

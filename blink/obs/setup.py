@@ -21,7 +21,7 @@ def otlp_endpoint(settings: ObsSettings) -> str | None:
 def build_observability(settings: ObsSettings | None, loads: LoadSource | None = None) -> Observability:
     settings = settings or ObsSettings()
     endpoint = otlp_endpoint(settings)
-    tracing = Tracing.otlp(endpoint, settings.service_name) if endpoint else None
+    tracing = Tracing.otlp(endpoint, settings.service_name, settings.trace_sample_ratio) if endpoint else None
     request_log = None
     if settings.request_log != "off":
         request_log = RequestLogger.to_target(settings.request_log, log_prompts=settings.log_prompts,

@@ -71,3 +71,26 @@ def test_no_endpoint_means_no_tracing_object(monkeypatch: pytest.MonkeyPatch) ->
     obs2 = build_observability(ObsSettings(request_log="off"))
     assert obs2.tracing is not None
     obs2.close()
+
+
+def test_parent_based_sampling() -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from blink.obs.trace import RequestTrace
+    from blink.obs.tracing import Tracing
+
+    exporter = InMemorySpanExporter()
+    tracing = Tracing(exporter, batch=False, sample_ratio=0.0)
+
+    def finished(traceparent: str | None) -> RequestTrace:
+        t = RequestTrace(route="chat", model="m", traceparent=traceparent)
+        t.add_stage("parse", t.start, 0.001)
+        t.end = t.start + 0.01
+        return t
+
+    tracing.export(finished(None))  # ratio 0: not sampled
+    tracing.export(finished("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"))  # caller: not sampled
+    assert exporter.get_finished_spans() == ()
+    tracing.export(finished("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"))  # caller: sampled
+    assert sorted(s.name for s in exporter.get_finished_spans()) == ["blink.parse", "chat m"]
+    tracing.shutdown()
