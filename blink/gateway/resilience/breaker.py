@@ -46,8 +46,8 @@ class CircuitBreaker:
         self.config = c = config or BreakerConfig()
         self._clock = clock
         self._outcomes = SlidingWindow(c.window_s, c.max_samples, clock)  # 1.0 = failure
-        self._ttft = SlidingWindow(c.window_s, c.max_samples, clock)
-        self._itl = SlidingWindow(c.window_s, c.max_samples, clock)
+        self._ttft = SlidingWindow(c.window_s, c.max_samples, clock, threshold=c.ttft_p99_ms)
+        self._itl = SlidingWindow(c.window_s, c.max_samples, clock, threshold=c.itl_p99_ms)
         self._state = BreakerState.CLOSED
         self._opened_at = 0.0
         self._probes = 0
@@ -104,20 +104,18 @@ class CircuitBreaker:
         if self._state is not BreakerState.CLOSED:
             return
         c = self.config
-        outcomes = self._outcomes.values()
-        if len(outcomes) < c.min_requests:
+        n = len(self._outcomes)
+        if n < c.min_requests:
             return
-        rate = sum(outcomes) / len(outcomes)
+        rate = self._outcomes.total / n
         if rate >= c.error_rate:
             self._open(f"error rate {rate:.0%} ({reason})")
             return
-        ttft = self._ttft.percentile(0.99)
-        if c.ttft_p99_ms is not None and ttft is not None and len(self._ttft) >= c.min_requests and ttft > c.ttft_p99_ms:
-            self._open(f"p99 TTFT {ttft:.0f} ms > {c.ttft_p99_ms:.0f} ms")
+        if c.ttft_p99_ms is not None and len(self._ttft) >= c.min_requests and self._ttft.quantile_over_threshold(0.99):
+            self._open(f"p99 TTFT > {c.ttft_p99_ms:.0f} ms")
             return
-        itl = self._itl.percentile(0.99)
-        if c.itl_p99_ms is not None and itl is not None and len(self._itl) >= c.min_requests and itl > c.itl_p99_ms:
-            self._open(f"p99 ITL {itl:.0f} ms > {c.itl_p99_ms:.0f} ms")
+        if c.itl_p99_ms is not None and len(self._itl) >= c.min_requests and self._itl.quantile_over_threshold(0.99):
+            self._open(f"p99 ITL > {c.itl_p99_ms:.0f} ms")
 
     def _open(self, reason: str) -> None:
         self._state = BreakerState.OPEN

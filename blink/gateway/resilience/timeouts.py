@@ -55,3 +55,54 @@ async def next_delta(it: AsyncIterator[Delta], limit_s: float | None, deadline: 
         if first:
             raise FirstTokenTimeout(f"No first token within {limit_s:g} s.") from None
         raise StallTimeout(f"The stream stalled: no token for {limit_s:g} s.") from None
+
+
+class StallWatch:
+    """The inter-token stall limit (and the deadline) for one stream with a single timer.
+
+    ``asyncio.timeout`` per token costs a timer handle per delta; this keeps one, re-armed only
+    when it fires early, and cancels the waiting task only while it waits for the backend
+    (``waiting``) — never while the delta is being written to a slow client."""
+
+    __slots__ = ("_loop", "_task", "_stall", "_deadline", "_last", "_handle", "waiting", "fired")
+
+    def __init__(self, stall_s: float | None, deadline: float | None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._stall = stall_s
+        # The deadline on the loop's clock (time.monotonic() and loop.time() may differ in origin).
+        self._deadline = None if deadline is None else self._loop.time() + (deadline - time.monotonic())
+        self._last = self._loop.time()
+        self.waiting = False
+        self.fired: BackendTimeoutError | None = None
+        due = self._due()
+        self._handle = None if due is None or self._task is None else self._loop.call_at(due, self._check)
+
+    def arm(self) -> None:
+        self._last = self._loop.time()
+        self.waiting = True
+
+    def _due(self) -> float | None:
+        stall = None if self._stall is None else self._last + self._stall
+        if self._deadline is None:
+            return stall
+        return self._deadline if stall is None else min(stall, self._deadline)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if self._deadline is not None and now >= self._deadline and self.waiting:
+            self.fired = DeadlineExceeded("The request's deadline passed mid-stream.")
+        elif self._stall is not None and self.waiting and now >= self._last + self._stall:
+            self.fired = StallTimeout(f"The stream stalled: no token for {self._stall:g} s.")
+        if self.fired is not None and self._task is not None:
+            self._task.cancel()
+            return
+        if not self.waiting:
+            self._last = now  # writing to the client is not a stall: measure from now
+        due = self._due()
+        self._handle = None if due is None else self._loop.call_at(max(due, now + 1e-3), self._check)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

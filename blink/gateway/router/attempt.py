@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
 
 from blink.backends.base import Delta, GenerationRequest
 from blink.gateway.resilience.hedge import Pump
-from blink.gateway.resilience.timeouts import next_delta
+from blink.gateway.resilience.timeouts import StallWatch, next_delta
 from blink.gateway.router.tier import Replica, Tier
 from blink.protocol.errors import BlinkError
 
@@ -31,6 +32,7 @@ class Attempt:
         self.finished = False
         self._verdict = False
         self._closed = False
+        self._watch: StallWatch | None = None
         replica.in_flight += 1
 
     async def first(self, limit_s: float | None, deadline: float | None) -> Delta:
@@ -43,12 +45,23 @@ class Attempt:
         return delta
 
     async def next(self, stall_s: float | None, deadline: float | None) -> Delta | None:
-        """The next delta, or None at the end of the stream."""
+        """The next delta, or None at the end of the stream; raises on a stall or the deadline."""
+        watch = self._watch
+        if watch is None:
+            watch = self._watch = StallWatch(stall_s, deadline)
+        watch.arm()
         try:
-            delta = await next_delta(self.it, stall_s, deadline, first=False)
+            delta = await anext(self.it)
         except StopAsyncIteration:
             self.finished = True
             return None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if watch.fired is not None and task is not None and task.uncancel() == 0:
+                raise watch.fired from None
+            raise
+        finally:
+            watch.waiting = False
         now = time.perf_counter()
         if delta.text or delta.token_ids:
             self._itl_sum += (now - self._last) * 1000.0
@@ -78,6 +91,8 @@ class Attempt:
             return
         self._closed = True
         self.replica.in_flight -= 1
+        if self._watch is not None:
+            self._watch.close()
         if not self._verdict:
             self.replica.breaker.release_probe()
         aclose = getattr(self.it, "aclose", None)

@@ -77,6 +77,8 @@ class RulesPolicy:
         self.rules = list(rules)
 
     async def choose(self, req: GenerationRequest, tiers: Sequence[TierView]) -> Route | None:
+        if not self.rules:
+            return None
         text = request_text(req)
         names = {t.name for t in tiers}
         for i, rule in enumerate(self.rules):

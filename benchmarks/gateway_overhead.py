@@ -1,0 +1,199 @@
+"""What does Blink's whole request path add? Side by side: direct, nginx, Blink — in one run.
+
+The upstream is the local fake (``tests/upstream_server.py``): 32 tokens, no delay. Blink serves
+a routed model (router + breaker + retry machinery) with API keys, a rate limit (high enough
+never to bite) and the exact cache on (every prompt is new: a miss, then a fill). nginx (the
+Debian package) is a plain streaming reverse proxy (``proxy_buffering off``, upstream
+keep-alive, one worker). Each proxy is pinned to the same one core; the upstream and this load
+generator share the other core(s). Prints, per path: TTFT p50/p99 at concurrency 1, what the
+proxy adds, CPU-seconds per 1,000 streamed requests and streamed requests/s at concurrency 64.
+
+    python benchmarks/gateway_overhead.py [--requests 400] [--requests-c64 2000]
+
+Anchors from the issue (measured elsewhere): LiteLLM +15 ms TTFT p50, 37.5 CPU-s / 1k requests;
+nginx +0.2 ms, 0.10 CPU-s / 1k. Goals: +0.5 ms p50, +2 ms p99, <= 1.5 CPU-s / 1k, >= 600 req/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import yaml
+from _proc import cpu_seconds, free_port, pct, pinned, split_cores, stop, wait_ready
+
+ROOT = Path(__file__).resolve().parent.parent
+FIRST_TOKEN = b'" t0"'
+# LiteLLM's figures quoted in the issue, for the ratios printed at the end.
+LITELLM_ADDED_P50_MS = 15.0
+LITELLM_CPU_S_PER_1K = 37.5
+
+NGINX_CONF = """
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+daemon off;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body; proxy_temp_path {dir}/proxy;
+  fastcgi_temp_path {dir}/fcgi; uwsgi_temp_path {dir}/uwsgi; scgi_temp_path {dir}/scgi;
+  upstream fake {{ server 127.0.0.1:{up}; keepalive 256; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://fake;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }}
+  }}
+}}
+"""
+
+
+async def one(client: httpx.AsyncClient, url: str, body: dict[str, object], headers: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    ttft = 0.0
+    seen = b""
+    async with client.stream("POST", url, content=orjson.dumps(body), headers=headers) as resp:
+        if resp.status_code != 200:
+            raise RuntimeError(f"HTTP {resp.status_code}: {await resp.aread()!r}")
+        async for chunk in resp.aiter_raw():
+            if not ttft:
+                seen += chunk
+                if FIRST_TOKEN in seen:
+                    ttft = time.perf_counter() - t0
+    if not ttft:
+        raise RuntimeError(f"no first token from {url}: {seen[:300]!r}")
+    return ttft * 1000
+
+
+async def drive(
+    url: str, model: str, key: str, concurrency: int, requests: int, counter: Iterator[int]
+) -> tuple[list[float], float, int]:
+    """(TTFTs in ms, wall seconds, errors) for ``requests`` streamed chats at ``concurrency``."""
+    headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    def body() -> dict[str, object]:
+        # A new prompt every time: the exact cache misses (and fills) on every request.
+        n = next(counter)
+        return {"model": model, "messages": [{"role": "user", "content": f"hi {os.getpid()} {n}"}],
+                "stream": True, "temperature": 0, "max_tokens": 32}  # fmt: skip
+
+    ttfts: list[float] = []
+    errors = 0
+    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+        for _ in range(min(20, requests)):  # warm-up: connections, caches
+            await one(client, url, body(), headers)
+        left = requests
+        t0 = time.perf_counter()
+
+        async def worker() -> None:
+            nonlocal left, errors
+            while left > 0:
+                left -= 1
+                try:
+                    ttfts.append(await one(client, url, body(), headers))
+                except (httpx.HTTPError, RuntimeError) as exc:
+                    errors += 1
+                    if errors == 1:
+                        print(f"  first error: {exc}", flush=True)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+    return ttfts, wall, errors
+
+
+def blink_config(tmp: Path, up_port: int, port: int) -> Path:
+    config = {
+        "server": {"port": port, "max_concurrent_streams": 4096, "log_level": "warning"},
+        "models": [{"name": "fake", "kind": "openai_http", "base_url": f"http://127.0.0.1:{up_port}/v1"}],
+        "routes": [{"name": "auto", "tiers": [{"name": "main", "replicas": ["fake"]}],
+                    "policies": ["explicit", "rules", "latency_budget"]}],
+        "auth": {"enabled": True, "keys_db": str(tmp / "keys.db")},
+        # Far above what this run sends: the limiter is on the path but never says no.
+        "ratelimit": {"requests_per_minute": 100_000_000},
+        "cache": {"exact": {"enabled": True}, "store": "sqlite", "path": str(tmp / "cache.db")},
+    }  # fmt: skip
+    path = tmp / "blink.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=400, help="requests at concurrency 1, per path")
+    ap.add_argument("--requests-c64", type=int, default=2000, help="requests at concurrency 64, per path")
+    args = ap.parse_args()
+    proxy_core, other_cores = split_cores()
+    if other_cores:
+        os.sched_setaffinity(0, other_cores)  # this load generator
+    tmp = Path(tempfile.mkdtemp(prefix="blink-overhead-"))
+    up_port, nginx_port, blink_port = free_port(), free_port(), free_port()
+    cli = [sys.executable, "-m", "blink.cli"]
+    key = subprocess.run([*cli, "keys", "create", "--db", str(tmp / "keys.db")], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.strip()  # fmt: skip
+    (tmp / "nginx.conf").write_text(NGINX_CONF.format(dir=tmp, up=up_port, port=nginx_port))
+    up = subprocess.Popen([sys.executable, str(ROOT / "tests/upstream_server.py"), "--port", str(up_port),
+                           "--tokens", "32"], preexec_fn=pinned(other_cores))  # fmt: skip
+    nginx = subprocess.Popen(["nginx", "-c", str(tmp / "nginx.conf"), "-p", str(tmp)], preexec_fn=pinned(proxy_core))
+    log = (tmp / "blink.log").open("wb")  # the JSON request log goes here, not to the terminal
+    blink = subprocess.Popen([*cli, "serve", "--config", str(blink_config(tmp, up_port, blink_port))], cwd=ROOT,
+                             preexec_fn=pinned(proxy_core), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_ready(f"http://127.0.0.1:{up_port}/v1/models", up)
+        wait_ready(f"http://127.0.0.1:{nginx_port}/v1/models", nginx)
+        wait_ready(f"http://127.0.0.1:{blink_port}/health", blink)
+        print(f"cores: proxies {proxy_core or 'any'}; upstream + load generator {other_cores or 'any'}")
+        # "blink" asks for the routed model; "blink-nr" for the upstream model itself (same auth, rate
+        # limit, cache; no router/breaker): the difference is what routing and resilience cost.
+        paths = {"direct": (up_port, None), "nginx": (nginx_port, nginx.pid), "blink-nr": (blink_port, blink.pid),
+                 "blink": (blink_port, blink.pid)}  # fmt: skip
+        rows: dict[str, dict[str, float]] = {}
+        counter = itertools.count()  # one prompt number sequence for the whole run: no prompt repeats
+        for name, (port, pid) in paths.items():
+            url = f"http://127.0.0.1:{port}/v1/chat/completions"
+            model = "auto" if name == "blink" else "fake"  # the fake upstream ignores the model
+            row: dict[str, float] = {}
+            for conc, n in ((1, args.requests), (64, args.requests_c64)):
+                cpu0 = cpu_seconds(pid) if pid else 0.0
+                ttfts, wall, errors = asyncio.run(drive(url, model, key, conc, n, counter))
+                cpu = (cpu_seconds(pid) - cpu0) if pid else float("nan")
+                row[f"p50_{conc}"], row[f"p99_{conc}"] = pct(ttfts, 50), pct(ttfts, 99)
+                row[f"rps_{conc}"] = len(ttfts) / wall
+                row[f"cpu_{conc}"] = cpu / (n + min(20, n)) * 1000
+                row[f"err_{conc}"] = errors
+            rows[name] = row
+        d = rows["direct"]
+        print(f"{'path':<8}{'TTFT p50':>9}{'p99':>8}{'+p50':>8}{'+p99':>8}{'CPU-s/1k':>10}"
+              f"{'c64 p50':>9}{'c64 req/s':>10}{'CPU-s/1k':>10}{'errors':>8}   (ms, concurrency 1 unless c64)")  # fmt: skip
+        for name, r in rows.items():
+            added = (r["p50_1"] - d["p50_1"], r["p99_1"] - d["p99_1"])
+            print(f"{name:<8}{r['p50_1']:>9.2f}{r['p99_1']:>8.2f}{added[0]:>8.2f}{added[1]:>8.2f}{r['cpu_1']:>10.2f}"
+                  f"{r['p50_64']:>9.2f}{r['rps_64']:>10.0f}{r['cpu_64']:>10.2f}{r['err_1'] + r['err_64']:>8.0f}")  # fmt: skip
+        b, g = rows["blink"], rows["nginx"]
+        blink_added = b["p50_1"] - d["p50_1"]
+        print(f"blink vs nginx: +TTFT p50 {blink_added:.2f} ms vs {g['p50_1'] - d['p50_1']:.2f} ms; "
+              f"CPU-s/1k (c64) {b['cpu_64']:.2f} vs {g['cpu_64']:.2f} ({b['cpu_64'] / g['cpu_64']:.1f}x)")
+        print(f"blink vs LiteLLM anchors: added TTFT p50 {blink_added:.2f} vs {LITELLM_ADDED_P50_MS} ms; "
+              f"CPU-s/1k {b['cpu_64']:.2f} vs {LITELLM_CPU_S_PER_1K} ({LITELLM_CPU_S_PER_1K / b['cpu_64']:.1f}x less); "
+              f"one-core capacity ~{1000 / b['cpu_64']:.0f} streamed req/s from CPU-s/1k")
+    finally:
+        stop(blink, nginx, up)
+
+
+if __name__ == "__main__":
+    main()
