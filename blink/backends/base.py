@@ -104,6 +104,10 @@ class Load:
     itl_ms_ewma: float | None = None
     kv_usage: float | None = None
     prefix_cache_hit_rate: float | None = None
+    # Sequences in the last engine step, and the speculative-decoding acceptance rate (None
+    # while speculation is off): exported as gauges at scrape time (blink/obs/engine_collector.py).
+    batch_size: int | None = None
+    spec_acceptance_rate: float | None = None
 
 
 @dataclass(slots=True)

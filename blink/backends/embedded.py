@@ -106,6 +106,9 @@ class EmbeddedBackend:
             itl_ms_ewma=self._itl_ewma,
             kv_usage=st.kv_usage,
             prefix_cache_hit_rate=st.prefix_cache_hit_rate,
+            batch_size=st.batch_size,
+            # Read by name: engines without speculative decoding have no such counters.
+            spec_acceptance_rate=getattr(st, "spec_acceptance_rate", None) if getattr(st, "spec_proposed_tokens", 0) else None,
         )
 
     # -- generation -------------------------------------------------------------------------
