@@ -136,3 +136,21 @@ def test_promtool_accepts_the_scrape(client: openai.OpenAI, obs_gateway: LiveSer
     proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     # promtool exits 1 for style lints (e.g. colons in vLLM's names); parse errors are what must not appear.
     assert "error while linting" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_client_disconnect_is_recorded_as_499(obs_gateway: LiveServer) -> None:
+    import time
+
+    before = scrape(obs_gateway.url)
+    body = {"model": "fake", "messages": [{"role": "user", "content": "hi"}], "stream": True, "user": "delay=0.2"}
+    with httpx.stream("POST", f"{obs_gateway.url}/v1/chat/completions", json=body, timeout=10) as resp:
+        for _ in resp.iter_bytes():
+            break  # first chunk arrived: hang up mid-stream
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        after = scrape(obs_gateway.url)
+        if value(after, "blink_client_disconnects_total") > value(before, "blink_client_disconnects_total"):
+            break
+        time.sleep(0.05)
+    assert value(after, "blink_requests_total", status="499") - value(before, "blink_requests_total", status="499") == 1
+    assert value(after, "blink_requests_in_flight") == 0
