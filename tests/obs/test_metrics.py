@@ -154,3 +154,10 @@ def test_client_disconnect_is_recorded_as_499(obs_gateway: LiveServer) -> None:
         time.sleep(0.05)
     assert value(after, "blink_requests_total", status="499") - value(before, "blink_requests_total", status="499") == 1
     assert value(after, "blink_requests_in_flight") == 0
+
+
+def test_readme_lists_the_series_table() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert SERIES_DOC in readme
