@@ -15,6 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from blink.obs.bulk_histogram import BulkHistogram
 from blink.obs.engine_collector import EngineCollector, LoadSource
 from blink.obs.stages import EVENT_LABELS
 from blink.obs.trace import RequestTrace
@@ -76,7 +77,7 @@ class _Children:
     """The labelled series one (model, backend, route, tier) writes to."""
 
     ttft: Any
-    itl: Any
+    itl: tuple[str, str, str, str]  # label values for the bulk ITL histogram
     tpot: Any
     e2e: Any
     queue: Any
@@ -99,7 +100,9 @@ class GatewayMetrics:
             return Histogram(name, doc, labels, buckets=buckets, registry=r)
 
         self.ttft = hist("vllm:time_to_first_token_seconds", "Time to the first output delta.", TTFT_BUCKETS)
-        self.itl = hist("vllm:inter_token_latency_seconds", "Time between consecutive output deltas.", ITL_BUCKETS)
+        self.itl = BulkHistogram("vllm:inter_token_latency_seconds", "Time between consecutive output deltas.",
+                                 REQUEST_LABELS, ITL_BUCKETS)
+        r.register(self.itl)
         self.tpot = hist("vllm:request_time_per_output_token_seconds", "Mean time per output token after the first.",
                          ITL_BUCKETS)
         self.e2e = hist("vllm:e2e_request_latency_seconds", "Arrival to last byte.", E2E_BUCKETS)
@@ -132,7 +135,7 @@ class GatewayMetrics:
         key = (t.model, t.backend, t.route, t.tier)
         c = self._cache.get(key)
         if c is None:
-            c = _Children(self.ttft.labels(*key), self.itl.labels(*key), self.tpot.labels(*key),
+            c = _Children(self.ttft.labels(*key), key, self.tpot.labels(*key),
                           self.e2e.labels(*key), self.queue.labels(*key), {}, {},
                           self.prompt_tokens.labels(t.model), self.generation_tokens.labels(t.model))
             self._cache[key] = c
@@ -157,8 +160,8 @@ class GatewayMetrics:
             c.queue.observe(t.queue_time)
         if t.ttft is not None:
             c.ttft.observe(t.ttft)
-        for gap in t.itl:
-            c.itl.observe(gap)
+        if t.itl:
+            self.itl.observe_many(c.itl, t.itl)
         if t.tpot is not None:
             c.tpot.observe(t.tpot)
         if t.status == 200:
