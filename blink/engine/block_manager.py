@@ -214,6 +214,22 @@ class BlockManager:
         seq.block_table.clear()
         seq.num_hashed_blocks = 0
 
+    def trim(self, seq: Sequence, num_tokens: int) -> None:
+        """Release trailing blocks not needed to hold ``num_tokens`` positions (speculation
+        reserved slots for proposals that were rejected)."""
+        keep = self.blocks_needed(num_tokens)
+        while len(seq.block_table) > max(keep, seq.num_hashed_blocks):
+            bid = seq.block_table.pop()
+            block = self.blocks[bid]
+            block.ref_count -= 1
+            if block.ref_count < 0:
+                raise RuntimeError(f"block {bid} freed more times than referenced")
+            if block.ref_count == 0:
+                if block.hash is not None:
+                    self._evictable[bid] = None
+                else:
+                    self._free.append(bid)
+
     def reset_prefix_cache(self) -> None:
         """Forget every cached hash (e.g. after weights change); in-use blocks stay allocated.
 

@@ -27,5 +27,20 @@ class EngineConfig:
     seed: int = 0
     revision: str | None = None
     trust_remote_code: bool = False
-    # Extra knobs reserved for later issues (speculative decoding, quantization).
+    # Load-time weight quantization of the linear layers: "none" or "int8" (weight-only,
+    # per-channel scales; CPU decode is bandwidth bound, so fewer weight bytes = faster steps).
+    quantization: str = "none"
+    # Speculative decoding: None (off), "ngram" (prompt lookup) or "draft" (a smaller model
+    # sharing the tokenizer, named by speculative_draft_model).
+    speculative: str | None = None
+    # Upper bound on proposed tokens per step; the policy lowers it when acceptance is poor.
+    num_speculative_tokens: int = 5
+    speculative_draft_model: str | None = None
+    # Speculation is skipped while more sequences than this decode at once: verification costs
+    # (1 + K) tokens per sequence, which stops paying once the batch alone saturates the CPU.
+    speculative_max_batch: int = 4
+    # Prompt-lookup n-gram sizes tried, longest first.
+    ngram_max: int = 4
+    ngram_min: int = 1
+    # Extra knobs reserved for later issues.
     extra: dict[str, object] = field(default_factory=dict)

@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from blink.engine.block_manager import BlockManager
 from blink.engine.config import EngineConfig
 from blink.engine.detokenizer import IncrementalDetokenizer
@@ -17,10 +19,13 @@ from blink.engine.loader import resolve_model_path
 from blink.engine.model_runner import ModelRunner
 from blink.engine.outputs import EngineStats, RequestOutput, TokenLogprobOut
 from blink.engine.request_checks import EngineLimits, check_request
-from blink.engine.sampler import Sampler
+from blink.engine.sampler import Sampler, with_logprobs
 from blink.engine.sampling_params import SamplingParams
-from blink.engine.scheduler import Scheduler
+from blink.engine.scheduler import ScheduledSeq, Scheduler
 from blink.engine.sequence import Sequence
+from blink.engine.spec_decode.factory import build_speculator
+from blink.engine.spec_decode.policy import SpecCounters
+from blink.engine.spec_decode.speculator import Speculator
 from blink.engine.stop import StopStringMatcher
 from blink.engine.tokenizer import Tokenizer
 
@@ -51,7 +56,9 @@ class LLMEngine:
         self.block_manager = BlockManager(
             self.runner.num_blocks, self.runner.block_size, config.enable_prefix_caching
         )
-        self.scheduler = Scheduler(config, self.block_manager)
+        self.speculator = build_speculator(config, self.runner, lambda: self.scheduler.num_running)
+        lookahead = self.speculator.lookahead if self.speculator is not None else None
+        self.scheduler = Scheduler(config, self.block_manager, lookahead)
         self.sampler = Sampler()
         self._requests: dict[str, _RequestState] = {}
         self._steps = 0
@@ -88,6 +95,8 @@ class LLMEngine:
         if state is None:
             return False
         self.scheduler.abort(request_id)
+        if self.speculator is not None:
+            self.speculator.release(request_id)
         return True
 
     def has_unfinished(self) -> bool:
@@ -108,23 +117,69 @@ class LLMEngine:
                 outputs.append(self._emit(state))
         if not out.scheduled:
             return outputs
+        if self.speculator is not None:
+            self.speculator.propose(out.scheduled)
         logits = self.runner.execute(out.scheduled)
         self.scheduler.update_after_step(out)
-        rows = [i for i, s in enumerate(out.scheduled) if s.seq.num_computed_tokens == s.seq.num_tokens]
-        if not rows:
-            return outputs
-        seqs = [out.scheduled[i].seq for i in rows]
-        sample_logits = logits if len(rows) == len(out.scheduled) else logits[rows]
-        results = self.sampler.sample(sample_logits, seqs)
-        for seq, res in zip(seqs, results, strict=True):
-            state = self._requests.get(seq.request_id)
-            if state is None:  # aborted between schedule and now
-                continue
-            self._accept_token(state, res.token_id)
-            if seq.params.logprobs is not None:
-                state.new_logprobs.append(TokenLogprobOut(res.token_id, float(res.logprob or 0.0), res.top_logprobs))
-            outputs.append(self._emit(state))
+        # Logit rows per scheduled sequence: its last token, then one per speculative token.
+        first_row: list[int] = []
+        total = 0
+        for item in out.scheduled:
+            first_row.append(total)
+            total += 1 + len(item.spec_token_ids)
+        plain = [
+            i
+            for i, s in enumerate(out.scheduled)
+            if not s.spec_token_ids and s.seq.num_computed_tokens == s.seq.num_tokens
+        ]
+        if plain:
+            seqs = [out.scheduled[i].seq for i in plain]
+            rows = [first_row[i] for i in plain]
+            sample_logits = logits if len(rows) == total else logits[rows]
+            results = self.sampler.sample(sample_logits, seqs)
+            for seq, res in zip(seqs, results, strict=True):
+                state = self._requests.get(seq.request_id)
+                if state is None:  # aborted between schedule and now
+                    continue
+                self._accept_token(state, res.token_id)
+                if seq.params.logprobs is not None:
+                    state.new_logprobs.append(TokenLogprobOut(res.token_id, float(res.logprob or 0.0), res.top_logprobs))
+                outputs.append(self._emit(state))
+        for i, item in enumerate(out.scheduled):
+            if item.spec_token_ids:
+                start = first_row[i]
+                rows = logits[start : start + 1 + len(item.spec_token_ids)]
+                emitted = self._accept_speculated(self.speculator, item, rows)
+                if emitted is not None:
+                    outputs.append(emitted)
+            elif item.num_lookahead:
+                self.scheduler.commit_speculation(item.seq, 0)  # release the unused reserved slots
         return outputs
+
+    def _accept_speculated(
+        self, speculator: Speculator | None, item: ScheduledSeq, logits: torch.Tensor
+    ) -> RequestOutput | None:
+        """Verify one sequence's proposals and append what survives, stopping at a stop token."""
+        seq = item.seq
+        state = self._requests.get(seq.request_id)
+        if state is None or speculator is None:  # aborted between schedule and now
+            return None
+        verdict = speculator.verify(item, logits)
+        appended = 0
+        for token_id in verdict.token_ids:
+            self._accept_token(state, token_id)
+            appended += 1
+            if seq.finish_reason is not None:
+                break
+        if seq.params.logprobs is not None:
+            kept = verdict.token_ids[:appended]
+            results = with_logprobs(logits[:appended], kept, [seq.params] * appended)
+            state.new_logprobs.extend(
+                TokenLogprobOut(r.token_id, float(r.logprob or 0.0), r.top_logprobs) for r in results
+            )
+        # Every appended token but the last had its KV computed in this forward.
+        self.scheduler.commit_speculation(seq, appended - 1)
+        return self._emit(state)
 
     def _accept_token(self, state: _RequestState, token_id: int) -> None:
         seq = state.seq
@@ -187,10 +242,13 @@ class LLMEngine:
         state.new_ids, state.new_text, state.new_logprobs = [], [], []
         if finished:
             self._requests.pop(seq.request_id, None)
+            if self.speculator is not None:
+                self.speculator.release(seq.request_id)
         return out
 
     def stats(self) -> EngineStats:
         bm = self.block_manager
+        spec = self.speculator.policy.counters if self.speculator is not None else SpecCounters()
         return EngineStats(
             num_running=self.scheduler.num_running,
             num_waiting=self.scheduler.num_waiting,
@@ -199,6 +257,10 @@ class LLMEngine:
             num_blocks=self.runner.num_blocks,
             steps=self._steps,
             batch_size=self._last_batch,
+            spec_acceptance_rate=spec.acceptance_rate,
+            spec_tokens_per_step=spec.tokens_per_step,
+            spec_proposed_tokens=spec.proposed,
+            spec_accepted_tokens=spec.accepted,
         )
 
     # -- convenience for tests and offline use ---------------------------------------------

@@ -9,6 +9,7 @@ block tables, masks) is computed once per step and shared by every layer.
 from __future__ import annotations
 
 from collections.abc import Sequence as Seq
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -16,6 +17,7 @@ import torch
 from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
+from blink.engine.layers.linear_int8 import quantize_model
 from blink.engine.loader import (
     instantiate,
     load_weights,
@@ -46,10 +48,26 @@ def model_max_len(hf_config: Any, requested: int) -> int:
     return length
 
 
+@dataclass
+class RunSpan:
+    """One sequence's tokens in a forward: ``tokens`` sit at positions ``[start, start + len)``.
+
+    ``num_logits`` is how many trailing positions need logits: 1 for a plain step, 1 + K when K
+    speculative tokens are verified. The draft-model proposer builds spans directly, since its
+    progress through a sequence differs from the target's.
+    """
+
+    request_id: str
+    tokens: list[int]
+    start: int
+    block_table: list[int]
+    num_logits: int = 1
+
+
 class ModelRunner:
     """Loads the checkpoint named by ``config.model`` and runs forwards over scheduled tokens."""
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, num_blocks: int | None = None) -> None:
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         if config.block_size < 1:
@@ -65,16 +83,21 @@ class ModelRunner:
         model = instantiate(factory, self.hf_config, self.max_model_len, self.dtype, self.device)
         load_weights(model, path)
         model.requires_grad_(False).eval()
+        self.quantization = config.quantization
+        quantize_model(model, config.quantization)
         self.model: CausalLM = model  # type: ignore[assignment]
         self.vocab_size = int(self.hf_config.vocab_size)
-        self.num_blocks = self._allocate_kv_cache(model)
+        self.num_blocks = self._allocate_kv_cache(model, num_blocks)
 
-    def _allocate_kv_cache(self, model: Any) -> int:
+    def _allocate_kv_cache(self, model: Any, num_blocks: int | None) -> int:
+        """Size the pool from the byte budget, or to exactly ``num_blocks`` (a draft model shares
+        the target's block ids, so its pool must have the same number of blocks)."""
         layers = model.attention_layers()
         shape = model.shape
         elem = torch.empty(0, dtype=self.dtype).element_size()
         bytes_per_block = 2 * len(layers) * self.block_size * shape.num_kv_heads * shape.head_dim * elem
-        num_blocks = self.config.kv_cache_memory_bytes // bytes_per_block
+        if num_blocks is None:
+            num_blocks = self.config.kv_cache_memory_bytes // bytes_per_block
         if num_blocks < 1:
             raise KVCacheTooSmallError(
                 f"kv_cache_memory_bytes={self.config.kv_cache_memory_bytes} is below one KV block "
@@ -99,53 +122,71 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, scheduled: Seq[ScheduledSeq]) -> torch.Tensor:
-        """Float32 logits ``[len(scheduled), vocab]`` for each sequence's last scheduled token."""
+        """Float32 logits for each sequence's last scheduled token, plus one row per speculative
+        token it carries: ``[sum(1 + len(spec_token_ids)), vocab]``, in scheduled order."""
         if not scheduled:
             return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)
-        input_ids, positions, meta, logits_rows = self._prepare(scheduled)
+        return self.execute_spans([self._span(item) for item in scheduled])
+
+    @torch.inference_mode()
+    def execute_spans(self, spans: Seq[RunSpan]) -> torch.Tensor:
+        """Float32 logits ``[sum(num_logits), vocab]`` for the trailing positions of each span."""
+        if not spans:
+            return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)
+        for span in spans:
+            self._check(span)
+        input_ids, positions, meta, logits_rows = self._prepare(spans)
         hidden = self.model(input_ids, positions, meta)
         return self.model.compute_logits(hidden[logits_rows])
 
-    def _check(self, item: ScheduledSeq) -> tuple[int, int]:
+    @staticmethod
+    def _span(item: ScheduledSeq) -> RunSpan:
         seq, n = item.seq, item.num_new_tokens
         start = seq.num_computed_tokens
         if n < 1 or start + n > seq.num_tokens:
             raise EngineError(
                 f"{seq.request_id}: cannot compute tokens [{start}, {start + n}) of {seq.num_tokens}"
             )
-        if start + n > self.max_model_len:
+        spec = item.spec_token_ids
+        tokens = seq.token_ids[start : start + n] + spec if spec else seq.token_ids[start : start + n]
+        return RunSpan(seq.request_id, tokens, start, seq.block_table, 1 + len(spec))
+
+    def _check(self, span: RunSpan) -> None:
+        end = span.start + len(span.tokens)
+        if not span.tokens or not 1 <= span.num_logits <= len(span.tokens):
+            raise EngineError(f"{span.request_id}: bad span of {len(span.tokens)} tokens")
+        if end > self.max_model_len:
             raise EngineError(
-                f"{seq.request_id}: position {start + n - 1} is beyond max_model_len {self.max_model_len}"
+                f"{span.request_id}: position {end - 1} is beyond max_model_len {self.max_model_len}"
             )
-        if len(seq.block_table) * self.block_size < start + n:
-            raise EngineError(f"{seq.request_id}: block table does not cover {start + n} positions")
-        return start, n
+        if len(span.block_table) * self.block_size < end:
+            raise EngineError(f"{span.request_id}: block table does not cover {end} positions")
 
     def _prepare(
-        self, scheduled: Seq[ScheduledSeq]
+        self, spans: Seq[RunSpan]
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, torch.Tensor]:
         bs = self.block_size
-        spans = [self._check(item) for item in scheduled]
-        decodes = [i for i, (_, n) in enumerate(spans) if n == 1]
-        prefills = [i for i, (_, n) in enumerate(spans) if n > 1]
+        decodes = [i for i, s in enumerate(spans) if len(s.tokens) == 1]
+        prefills = [i for i, s in enumerate(spans) if len(s.tokens) > 1]
 
         input_ids: list[int] = []
         positions: list[int] = []
         slot_parts: list[torch.Tensor] = []
-        logits_rows = [0] * len(scheduled)
+        # Flattened-batch rows whose logits are wanted, grouped per span in the caller's order.
+        span_rows: list[list[int]] = [[] for _ in spans]
         meta = AttentionMetadata(slot_mapping=torch.empty(0, dtype=torch.long))
 
         if decodes:
             tables: list[list[int]] = []
             decode_slots: list[int] = []
             for row, i in enumerate(decodes):
-                seq = scheduled[i].seq
-                pos = spans[i][0]
-                input_ids.append(seq.token_ids[pos])
+                span = spans[i]
+                pos = span.start
+                input_ids.append(span.tokens[0])
                 positions.append(pos)
-                decode_slots.append(seq.block_table[pos // bs] * bs + pos % bs)
-                tables.append(seq.block_table[: pos // bs + 1])
-                logits_rows[i] = row
+                decode_slots.append(span.block_table[pos // bs] * bs + pos % bs)
+                tables.append(span.block_table[: pos // bs + 1])
+                span_rows[i] = [row]
             width = max(len(t) for t in tables)
             # Pad with block 0: any real block works, the mask hides it.
             padded = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long)
@@ -157,13 +198,13 @@ class ModelRunner:
             slot_parts.append(torch.tensor(decode_slots, dtype=torch.long))
 
         for i in prefills:
-            seq = scheduled[i].seq
-            start, n = spans[i]
+            span = spans[i]
+            start, n = span.start, len(span.tokens)
             end = start + n
             row = len(input_ids)
-            input_ids.extend(seq.token_ids[start:end])
+            input_ids.extend(span.tokens)
             positions.extend(range(start, end))
-            table = torch.tensor(seq.block_table[: (end + bs - 1) // bs], dtype=torch.long)
+            table = torch.tensor(span.block_table[: (end + bs - 1) // bs], dtype=torch.long)
             new_positions = torch.arange(start, end)
             slot_parts.append(table[new_positions // bs] * bs + new_positions % bs)
             chunk = PrefillChunk(start=row, end=row + n, context_len=start)
@@ -173,11 +214,12 @@ class ModelRunner:
                     self.device, non_blocking=True
                 )
             meta.prefills.append(chunk)
-            logits_rows[i] = row + n - 1
+            span_rows[i] = list(range(row + n - span.num_logits, row + n))
 
         slots = slot_parts[0] if len(slot_parts) == 1 else torch.cat(slot_parts)
         meta.slot_mapping = slots.to(self.device, non_blocking=True)
         ids_t = torch.tensor(input_ids, dtype=torch.long).to(self.device, non_blocking=True)
         pos_t = torch.tensor(positions, dtype=torch.long).to(self.device, non_blocking=True)
+        logits_rows = [r for rows in span_rows for r in rows]
         rows_t = torch.tensor(logits_rows, dtype=torch.long).to(self.device, non_blocking=True)
         return ids_t, pos_t, meta, rows_t

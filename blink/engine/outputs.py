@@ -38,3 +38,9 @@ class EngineStats(msgspec.Struct):
     num_blocks: int = 0
     steps: int = 0
     batch_size: int = 0
+    # Speculative decoding: share of proposed tokens accepted, and mean tokens emitted per
+    # verifying sequence-step (1 + accepted); zero while speculation is off.
+    spec_acceptance_rate: float = 0.0
+    spec_tokens_per_step: float = 0.0
+    spec_proposed_tokens: int = 0
+    spec_accepted_tokens: int = 0

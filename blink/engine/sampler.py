@@ -52,7 +52,7 @@ class Sampler:
                 _mask_stop_tokens(processed, i, seqs[i])
             token_ids = _pick(processed, seqs)
         ids = token_ids.tolist()
-        return _with_logprobs(logits, ids, params)
+        return with_logprobs(logits, ids, params)
 
 
 def _min_tokens_active(seq: Sequence) -> bool:
@@ -107,7 +107,16 @@ def _pick(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
 
 
 def _sample_random(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-    ps = [s.params for s in seqs]
+    probs = processed_probs(logits, [s.params for s in seqs])
+    return sample_inverse_cdf(probs, uniforms(seqs, logits.device))
+
+
+def processed_probs(logits: torch.Tensor, ps: list[SamplingParams]) -> torch.Tensor:
+    """The distribution a random draw uses: temperature, min_p, top-k, top-p, then softmax.
+
+    Speculative verification accepts and resamples against exactly these probabilities, which
+    is what keeps its output distribution identical to plain sampling.
+    """
     device = logits.device
     temp = torch.tensor([p.temperature for p in ps], device=device).unsqueeze(1)
     logits = logits / temp
@@ -118,8 +127,7 @@ def _sample_random(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in ps], device=device)
         top_p = torch.tensor([p.top_p for p in ps], device=device)
         logits = apply_top_k_top_p(logits, k, top_p)
-    probs = torch.softmax(logits, dim=-1)
-    return sample_inverse_cdf(probs, _uniforms(seqs, device))
+    return torch.softmax(logits, dim=-1)
 
 
 def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -136,7 +144,7 @@ def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return picked.clamp_(max=probs.shape[1] - 1)
 
 
-def _uniforms(seqs: list[Sequence], device: torch.device) -> torch.Tensor:
+def uniforms(seqs: list[Sequence], device: torch.device) -> torch.Tensor:
     """Seeded rows draw from their own generator, so batch composition cannot change them."""
     u = torch.rand(len(seqs), dtype=torch.float64, device=device)
     for i, seq in enumerate(seqs):
@@ -200,7 +208,7 @@ def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor, top_p: torch.Tensor
     return out
 
 
-def _with_logprobs(logits: torch.Tensor, ids: list[int], params: list[SamplingParams]) -> list[SampleResult]:
+def with_logprobs(logits: torch.Tensor, ids: list[int], params: list[SamplingParams]) -> list[SampleResult]:
     want = [i for i, p in enumerate(params) if p.logprobs is not None]
     results = [SampleResult(t, None, None) for t in ids]
     if not want:

@@ -42,6 +42,8 @@ class SamplingParams:
     min_tokens: int = 0
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    # False opts this request out of speculative decoding (when the engine has it on).
+    speculative: bool = True
 
     @property
     def is_greedy(self) -> bool:
@@ -87,7 +89,7 @@ class SamplingParams:
             if not _SEED_MIN <= self.seed <= _SEED_MAX:
                 raise InvalidParameterError("seed must fit in 64 bits", param="seed")
         self._validate_stop()
-        for flag in ("ignore_eos", "skip_special_tokens"):
+        for flag in ("ignore_eos", "skip_special_tokens", "speculative"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidParameterError(f"{flag} must be a boolean", param=flag)
 

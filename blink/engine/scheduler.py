@@ -11,6 +11,7 @@ it goes back to the front of the queue with its generated tokens kept.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from blink.engine.block_manager import BlockManager
@@ -27,6 +28,14 @@ POOL_EXHAUSTED_REASON = "length"
 class ScheduledSeq:
     seq: Sequence
     num_new_tokens: int
+    # Speculation: KV slots reserved for up to ``num_lookahead`` proposed tokens after the
+    # decode token; the proposer fills ``spec_token_ids`` (at most that many) before the forward.
+    num_lookahead: int = 0
+    spec_token_ids: list[int] = field(default_factory=list)
+
+
+# How many speculative tokens a decoding sequence may carry this step (0 = none).
+LookaheadFn = Callable[[Sequence], int]
 
 
 @dataclass
@@ -43,11 +52,14 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager) -> None:
+    def __init__(
+        self, config: EngineConfig, block_manager: BlockManager, lookahead: LookaheadFn | None = None
+    ) -> None:
         if config.max_num_seqs < 1 or config.max_num_batched_tokens < 1:
             raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
         self.config = config
         self.block_manager = block_manager
+        self.lookahead = lookahead
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._requests: dict[str, Sequence] = {}
@@ -120,7 +132,12 @@ class Scheduler:
             if num_new == 0:
                 i += 1
                 continue
-            if self._allocate_or_preempt(seq, num_new, i, preempted, finished):
+            lookahead = self._reserve_lookahead(seq, num_new, budget)
+            if lookahead:
+                scheduled.append(ScheduledSeq(seq, num_new, lookahead))
+                budget -= num_new + lookahead
+                i += 1
+            elif self._allocate_or_preempt(seq, num_new, i, preempted, finished):
                 scheduled.append(ScheduledSeq(seq, num_new))
                 budget -= num_new
                 i += 1
@@ -133,9 +150,34 @@ class Scheduler:
         return SchedulerOutput(
             scheduled=scheduled,
             preempted=preempted,
-            num_batched_tokens=sum(s.num_new_tokens for s in scheduled),
+            num_batched_tokens=sum(s.num_new_tokens + s.num_lookahead for s in scheduled),
             finished=finished,
         )
+
+    def _reserve_lookahead(self, seq: Sequence, num_new: int, budget: int) -> int:
+        """Slots for speculative tokens after a decode token, or 0 (then the plain path runs).
+
+        Speculation never preempts anyone: when the pool cannot take the extra slots the step
+        simply decodes one token.
+        """
+        if self.lookahead is None or num_new != 1:
+            return 0
+        k = min(self.lookahead(seq), budget - 1)
+        if k <= 0 or not self.block_manager.allocate_slots(seq, 1 + k):
+            return 0
+        return k
+
+    def commit_speculation(self, seq: Sequence, num_accepted: int) -> None:
+        """After verification: ``num_accepted`` proposed tokens (now appended) have valid KV.
+
+        Slots past the sequence's tokens held only rejected proposals; their blocks go back to
+        the pool (they were never registered in the prefix cache: only computed KV is).
+        """
+        if seq.status is not SequenceStatus.RUNNING:
+            return  # finished by a stop inside the accepted tokens: already freed
+        seq.num_computed_tokens += num_accepted
+        self.block_manager.cache_full_blocks(seq)
+        self.block_manager.trim(seq, seq.num_tokens)
 
     def _num_new_tokens(self, seq: Sequence, num_computed: int, budget: int, alone: bool) -> int:
         """Tokens to compute for ``seq`` within ``budget``; 0 means skip it this step."""

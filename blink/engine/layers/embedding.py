@@ -23,6 +23,10 @@ class LMHead(nn.Module):
     the checkpoint has no ``lm_head.weight`` to load and memory holds one copy.
     """
 
+    # int8 quantization may replace the head; its replacement must keep float32 logits.
+    quantizable_linear = True
+    float_output = True
+
     def __init__(self, vocab_size: int, hidden_size: int, tied_to: VocabEmbedding | None = None) -> None:
         super().__init__()
         self.tied = tied_to is not None

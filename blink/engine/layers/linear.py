@@ -15,6 +15,9 @@ from torch import nn
 class Linear(nn.Module):
     """``y = x W^T (+ b)``; ``load_shard`` with ``shard=None`` copies the whole tensor."""
 
+    # Marks layers that load-time int8 quantization may replace (linear_int8.quantize_model).
+    quantizable_linear = True
+
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__()
         self.in_features = in_features

@@ -1,0 +1,88 @@
+"""Weight-only int8 linear layers, quantized at load time from a bf16/fp32 checkpoint.
+
+CPU decode is memory-bandwidth bound (every step streams every weight once), so storing weights
+in one byte instead of two or four cuts the bytes per step by 2-4x. Weights get one symmetric
+scale per output channel (row); activations stay in bf16, so no calibration data is needed.
+The matmul is PyTorch's ``_weight_int8pack_mm`` (int8 weights, bf16 activations): measured on
+this CPU for SmolLM2's 49152x576 LM head at batch 1 it took 2.2 ms against 5.3 ms for bf16 and
+9.9 ms for fp32 ``F.linear`` (2 threads, shared machine).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from blink.engine.errors import EngineError
+
+# Symmetric int8 range: +-127 keeps zero exact and the range symmetric (-128 is never used).
+_INT8_MAX = 127.0
+# The CPU kernel reads K in 16-element vectors: other widths returned NaN or crashed (torch
+# 2.13), so K is zero-padded to a multiple of 16 (all Llama-family widths already are).
+_K_MULTIPLE = 16
+QUANTIZATION_MODES = ("none", "int8")
+
+
+def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(int8 [N, K], float32 scales [N])`` with ``weight ~= q * scales[:, None]``."""
+    w = weight.detach().to(torch.float32)
+    scales = w.abs().amax(dim=1).clamp_min(1e-12) / _INT8_MAX
+    q = torch.round(w / scales[:, None]).clamp_(-_INT8_MAX, _INT8_MAX).to(torch.int8)
+    return q.contiguous(), scales
+
+
+class Int8Linear(nn.Module):
+    """``y = x (q * s)^T + b`` with int8 ``q`` and per-row scale ``s``; output in ``x``'s dtype
+    (float32 when ``float_output``, as the LM head must return)."""
+
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, float_output: bool = False
+    ) -> None:
+        super().__init__()
+        q, scales = quantize_per_channel(weight)
+        self.in_features = int(weight.shape[1])
+        self.out_features = int(weight.shape[0])
+        self._pad = -self.in_features % _K_MULTIPLE
+        if self._pad:
+            q = torch.nn.functional.pad(q, (0, self._pad))
+        self.float_output = float_output
+        self.register_buffer("qweight", q)
+        # The kernel wants the scales in the activation dtype; bf16 is what the matmul runs in.
+        self.register_buffer("scales", scales.to(torch.bfloat16))
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        if self._pad:
+            x2 = torch.nn.functional.pad(x2, (0, self._pad))
+        y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
+        y = y.to(torch.float32 if self.float_output else x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.reshape(*lead, self.out_features)
+
+
+def quantize_model(model: nn.Module, mode: str) -> int:
+    """Swap every module that declares ``quantizable_linear`` for an :class:`Int8Linear`.
+
+    Returns how many were replaced. ``"none"`` leaves the model as loaded. A tied LM head gets
+    its own int8 copy while the embedding lookup keeps the full-precision table.
+    """
+    if mode not in QUANTIZATION_MODES:
+        raise EngineError(f"unknown quantization {mode!r}; expected one of {', '.join(QUANTIZATION_MODES)}")
+    if mode == "none":
+        return 0
+    targets = [
+        (name, module)
+        for name, module in model.named_modules()
+        if getattr(module, "quantizable_linear", False) and name
+    ]
+    for name, module in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        weight = module.weight  # type: ignore[union-attr]
+        bias = getattr(module, "bias", None)
+        replacement = Int8Linear(weight, bias, float_output=bool(getattr(module, "float_output", False)))
+        setattr(parent, attr, replacement.to(weight.device))  # type: ignore[union-attr]
+    return len(targets)

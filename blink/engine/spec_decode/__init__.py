@@ -1,0 +1,1 @@
+"""Speculative decoding: proposers guess K tokens, one target forward verifies them."""
