@@ -41,8 +41,15 @@ class ObservabilityMiddleware:
                 # A status already set by the response (a mid-stream error) is not overwritten.
                 if trace.status == 200:
                     trace.status = message["status"]
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                complete = True
+                for name, value in message.get("headers", ()):
+                    if name == b"x-blink-cache":  # set by the response cache (exact|semantic|miss|bypass)
+                        trace.cache = value.decode("latin-1")
+            elif message["type"] == "http.response.body":
+                if trace.first_token is None and trace.backend_start is None and trace.status < 400 and message.get("body"):
+                    # A response no backend produced (a cache replay): its first byte is its first token.
+                    trace.on_delta("", True)
+                if not message.get("more_body", False):
+                    complete = True
             await send(message)
 
         token = bind(trace)
