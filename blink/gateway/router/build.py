@@ -77,6 +77,7 @@ def build_routed_backend(
         hedge=HedgeConfig(enabled=h.enabled, quantile=h.quantile, min_delay_ms=h.min_delay_ms, min_samples=h.min_samples),
         cascade=CascadeConfig(probe_tokens=route.cascade.probe_tokens, min_mean_logprob=route.cascade.min_mean_logprob),
         continue_on_fallback=route.continue_on_fallback,
+        default_budget_ms=route.latency_budget_ms,
     )
     return RoutedBackend(
         route.name, tiers, policies, default_tier=route.default_tier, config=config, owns_backends=owns_backends

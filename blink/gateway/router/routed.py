@@ -39,6 +39,9 @@ class RoutedConfig:
     # After the first token, go on from the text already sent on another replica/tier instead
     # of ending the stream with an error.
     continue_on_fallback: bool = False
+    # Queue-wait budget for requests that send no x-blink-latency-budget-ms (None = the queue
+    # bound alone decides).
+    default_budget_ms: float | None = None
 
 
 @dataclass(slots=True)
@@ -136,7 +139,8 @@ class RoutedBackend:
     async def _admit(self, req: GenerationRequest, order: list[Tier]) -> tuple[Ticket, int]:
         """A slot on the first tier in ``order`` that takes the request in time, else 503 at once."""
         for i, tier in enumerate(order):
-            fut = tier.admission.try_enter(req.priority, req.latency_budget_ms)
+            budget = req.latency_budget_ms if req.latency_budget_ms is not None else self.config.default_budget_ms
+            fut = tier.admission.try_enter(req.priority, budget)
             if fut is None:
                 continue
             try:
