@@ -7,7 +7,8 @@ from pathlib import Path
 
 from blink.config import CacheSettings, Settings
 from blink.gateway.auth import ApiKeyStore
-from blink.gateway.cache.stage import ResponseCache, SemanticMatcher
+from blink.gateway.cache.semantic import GuardedMatcher
+from blink.gateway.cache.stage import ResponseCache
 from blink.gateway.cache.store import CacheStore
 from blink.gateway.front import GatewayFront
 from blink.gateway.ratelimit import RateLimiter
@@ -18,7 +19,8 @@ def build_key_store(settings: Settings) -> ApiKeyStore | None:
     return ApiKeyStore(settings.auth.keys_db) if settings.auth.enabled else None
 
 
-def build_cache_store(cache: CacheSettings) -> CacheStore:
+def build_cache_store(cache: CacheSettings, dim: int = 384) -> CacheStore:
+    """``dim``: the embedder's output size (all-MiniLM-L6-v2: 384), for stores that fix it."""
     if cache.store == "memory":
         from blink.gateway.cache.stores.memory import MemoryCacheStore
 
@@ -28,13 +30,13 @@ def build_cache_store(cache: CacheSettings) -> CacheStore:
 
         if not cache.postgres_dsn:
             raise ValueError("cache.store 'postgres' needs cache.postgres_dsn")
-        return PostgresCacheStore(cache.postgres_dsn, max_entries=cache.max_entries)
+        return PostgresCacheStore(cache.postgres_dsn, max_entries=cache.max_entries, dim=dim)
     from blink.gateway.cache.stores.sqlite import SQLiteCacheStore
 
     return SQLiteCacheStore(Path(cache.path).expanduser(), max_entries=cache.max_entries)
 
 
-def build_matcher(cache: CacheSettings) -> SemanticMatcher:
+def build_matcher(cache: CacheSettings) -> GuardedMatcher:
     from blink.gateway.cache.semantic import GuardedMatcher
 
     return GuardedMatcher.from_settings(cache.semantic)
@@ -44,7 +46,8 @@ def build_response_cache(cache: CacheSettings) -> ResponseCache | None:
     if not (cache.exact.enabled or cache.semantic.enabled):
         return None
     matcher = build_matcher(cache) if cache.semantic.enabled else None
-    return ResponseCache(build_cache_store(cache), cache, matcher)
+    dim = matcher.embedder.dim if matcher is not None else 384
+    return ResponseCache(build_cache_store(cache, dim), cache, matcher)
 
 
 def build_front_factory(settings: Settings) -> Callable[[GatewayMetrics], GatewayFront]:

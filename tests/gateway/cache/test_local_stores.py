@@ -61,13 +61,21 @@ def test_vector_index_switches_to_hnsw_and_keeps_answering() -> None:
     from blink.gateway.cache.vector_index import VectorIndex
 
     rng = np.random.default_rng(0)
-    vecs = rng.standard_normal((300, 16)).astype(np.float32)
+    vecs = rng.standard_normal((400, 16)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     index = VectorIndex(16, hnsw_threshold=100)
-    for i, v in enumerate(vecs):
+    for i, v in enumerate(vecs[:300]):
         index.add(i, v)
+    assert index.search(vecs[42], 1)[0][1] == 42  # brute force while the graph builds
+    index.remove(7)
+    for i, v in enumerate(vecs[300:], start=300):  # changes made during the build are replayed
+        index.add(i, v)
+    index.wait_ready(timeout=30)
+    assert index._hnsw is not None
     index.remove(5)
     index.add(1000, vecs[5])
     assert index.search(vecs[42], 1)[0][1] == 42
+    assert index.search(vecs[350], 1)[0][1] == 350
     assert index.search(vecs[5], 1)[0][1] == 1000
-    assert len(index) == 300
+    assert all(i != 7 for _, i in index.search(vecs[7], 5))
+    assert len(index) == 399

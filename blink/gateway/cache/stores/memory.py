@@ -88,6 +88,11 @@ class MemoryCacheStore:
             evicted.append((ens, ekey))
         return evicted
 
+    def build_indexes(self) -> None:
+        """Build every large namespace's graph now (at load, so the first request never waits)."""
+        for index in self._indexes.values():
+            index.wait_ready()
+
     def clear_sync(self) -> int:
         n = len(self._lru)
         self._lru.clear()

@@ -69,6 +69,7 @@ class SQLiteCacheStore:
             evicted += self._mem.put_sync(ns, bytes(key), v, CachedResponse.from_bytes(resp), expires_at)
         if evicted:
             db.executemany("DELETE FROM cache_entries WHERE ns = ? AND key = ?", evicted)
+        self._mem.build_indexes()
         self._db = db
 
     async def _run(self, fn, *args):  # type: ignore[no-untyped-def]
@@ -87,6 +88,33 @@ class SQLiteCacheStore:
         evicted = self._mem.put_sync(ns, key, vec32, resp, expires_at)
         row = (ns, key, None if vec32 is None else vec32.tobytes(), resp.to_bytes(), expires_at)
         await self._run(self._write, row, evicted)
+
+    async def put_many(
+        self, items: list[tuple[str, bytes, np.ndarray | None, CachedResponse]], ttl: float
+    ) -> None:
+        """Bulk insert in one transaction (``blink cache warm``, benchmarks)."""
+        await self.start()
+        expires_at = time.time() + ttl
+        rows: list[tuple[object, ...]] = []
+        evicted: list[tuple[str, bytes]] = []
+        for ns, key, vec, resp in items:
+            vec32 = None if vec is None else np.asarray(vec, dtype=np.float32)
+            evicted += self._mem.put_sync(ns, key, vec32, resp, expires_at)
+            rows.append((ns, key, None if vec32 is None else vec32.tobytes(), resp.to_bytes(), expires_at))
+        await self._run(self._write_many, rows, evicted)
+
+    def _write_many(self, rows: list[tuple[object, ...]], evicted: list[tuple[str, bytes]]) -> None:
+        db = self._db
+        if db is None:
+            raise RuntimeError("the SQLite cache store is closed")
+        db.execute("BEGIN")
+        try:
+            db.executemany("INSERT OR REPLACE INTO cache_entries (ns, key, vec, resp, expires_at) VALUES (?, ?, ?, ?, ?)", rows)
+            db.executemany("DELETE FROM cache_entries WHERE ns = ? AND key = ?", evicted)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def _write(self, row: tuple[object, ...], evicted: list[tuple[str, bytes]]) -> None:
         db = self._db

@@ -1,0 +1,213 @@
+"""Cache-hit latency through a real ``blink serve`` process, with 100k entries in the index.
+
+Starts the test upstream (``tests/upstream_server.py``, 32 tokens per answer), fills a SQLite
+cache file with real questions (embedded by the served embedder) plus ``--entries`` filler
+entries in the same namespace, starts ``blink serve --semantic-cache`` pinned to one core and
+measures from the other core, HTTP in to the last byte out, streaming:
+
+- exact hit: a question asked before, word for word;
+- semantic hit: a paraphrase the hit guard accepts;
+- miss: a new question, which goes to the upstream (the baseline a hit is compared with);
+- the miss path's own cost: ``ResponseCache.lookup`` (embedding + search) on a miss, in process.
+
+    python benchmarks/cache_latency.py [--entries 100000] [--requests 300]
+
+Goals (issue #4): semantic hit p99 <= 5 ms, exact hit p99 <= 1 ms, miss path <= 3 ms p50.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from blink.config import CacheSettings
+from blink.gateway.cache.entry import CachedChoice, CachedResponse
+from blink.gateway.cache.guard import same_answer
+from blink.gateway.cache.stage import CacheDirectives, ResponseCache
+from blink.gateway.cache.stores.sqlite import SQLiteCacheStore
+from blink.gateway.front_builder import build_matcher
+from blink.gateway.request_mapping import chat_request
+from blink.gateway.request_parsing import validate
+from blink.protocol.chat import ChatCompletionRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "semantic-cache" / "pairs-dev.jsonl"
+MODEL = "fake"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def _body(question: str) -> dict[str, Any]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": question}], "temperature": 0, "stream": True}
+
+
+def _request(question: str):  # type: ignore[no-untyped-def]
+    raw = _body(question)
+    raw.pop("stream")
+    return chat_request(validate(ChatCompletionRequest, raw), raw, MODEL, 1 << 20, None)
+
+
+async def _fill(settings: CacheSettings, pairs: list[dict[str, Any]], entries: int) -> tuple[list[str], list[str]]:
+    """Real questions (exact + semantic targets) and ``entries`` filler rows, one namespace."""
+    store = SQLiteCacheStore(Path(settings.path), max_entries=entries + 10_000)
+    matcher = build_matcher(settings)
+    cache = ResponseCache(store, settings, matcher)
+    await cache.start()
+    answer = CachedResponse("chat", [CachedChoice(" cached answer" * 8, "stop")], 10, 16)
+    items: list[tuple[str, bytes, np.ndarray | None, CachedResponse]] = []
+    exact: list[str] = []
+    semantic: list[str] = []
+    ns = ""
+    for p in pairs:
+        look = await cache.lookup(_request(p["a"]), "default", CacheDirectives(lookup=False))
+        ns = look.ns
+        resp = CachedResponse("chat", answer.choices, 10, 16, query=look.query)
+        items.append((look.ns, look.key, look.vec, resp))
+        exact.append(p["a"])
+        if p["same_answer"] and look.vec is not None:
+            vb = await matcher.embed(p["b"])
+            score = float(np.dot(vb, look.vec))
+            if score >= matcher.threshold and same_answer(p["b"], p["a"], score):
+                semantic.append(p["b"])
+    rng = np.random.default_rng(0)
+    for i in range(entries):
+        v = rng.standard_normal(matcher.embedder.dim).astype(np.float32)
+        items.append((ns, f"filler-{i}".encode(), v / np.linalg.norm(v), CachedResponse("chat", answer.choices, query=f"filler question {i}")))
+    await store.put_many(items, ttl=86_400)
+    await cache.aclose()
+    return exact, semantic
+
+
+async def _miss_lookup_ms(settings: CacheSettings, n: int) -> list[float]:
+    """The miss path's cost before the backend: exact probe + embedding + HNSW search + guard."""
+    store = SQLiteCacheStore(Path(settings.path), max_entries=10**7)
+    cache = ResponseCache(store, settings, build_matcher(settings))
+    await cache.start()
+    await cache.lookup(_request("warm up the index"), "default", CacheDirectives())
+    out = []
+    for i in range(n):
+        req = _request(f"Is there parking near the venue for event number {i} this evening?")
+        t0 = time.perf_counter()
+        look = await cache.lookup(req, "default", CacheDirectives())
+        out.append((time.perf_counter() - t0) * 1000)
+        assert look.outcome == "miss"
+    await cache.aclose()
+    return out
+
+
+def _stream_ms(client: httpx.Client, url: str, question: str) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    with client.stream("POST", url, json=_body(question)) as resp:
+        for _ in resp.iter_raw():
+            pass
+        outcome = resp.headers.get("x-blink-cache", "?")
+    return (time.perf_counter() - t0) * 1000, outcome
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--entries", type=int, default=100_000)
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--onnx-dir", default="~/.blink/onnx")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    tmp = Path(tempfile.mkdtemp(prefix="blink-cache-bench-"))
+    settings = CacheSettings.model_validate({
+        "exact": {"enabled": True}, "semantic": {"enabled": True, "onnx_dir": args.onnx_dir},
+        "path": str(tmp / "cache.db"), "max_entries": args.entries + 10_000,
+    })
+    pairs = [json.loads(line) for line in DATA.read_text().splitlines() if line]
+    t0 = time.perf_counter()
+    exact_qs, semantic_qs = asyncio.run(_fill(settings, pairs, args.entries))
+    print(f"filled {len(exact_qs)} questions + {args.entries} filler entries in {time.perf_counter() - t0:.1f} s; "
+          f"{len(semantic_qs)} guarded paraphrases")
+    miss_ms = asyncio.run(_miss_lookup_ms(settings, min(args.requests, 200)))
+
+    cores = os.sched_getaffinity(0)
+    server_core, client_core = (sorted(cores)[-1], sorted(cores)[0]) if len(cores) > 1 else (None, None)
+    pin = ["taskset", "-c", str(server_core)] if server_core is not None and shutil.which("taskset") else []
+    up_port, gw_port = _port(), _port()
+    env = dict(os.environ, BLINK_CACHE__PATH=settings.path, BLINK_CACHE__MAX_ENTRIES=str(settings.max_entries),
+               BLINK_CACHE__SEMANTIC__ONNX_DIR=args.onnx_dir, BLINK_OBS__REQUEST_LOG="off")
+    procs = []
+    try:
+        procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "upstream_server.py"), "--port", str(up_port),
+                                       "--tokens", "32"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait(f"http://127.0.0.1:{up_port}/v1/models", procs[-1])
+        procs.append(subprocess.Popen(
+            [*pin, sys.executable, "-m", "blink.cli", "serve", "--upstream", f"http://127.0.0.1:{up_port}/v1",
+             "--upstream-model", MODEL, "--port", str(gw_port), "--semantic-cache", "--log-level", "warning"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        _wait(f"http://127.0.0.1:{gw_port}/health", procs[-1])
+        if client_core is not None:
+            os.sched_setaffinity(0, {client_core})
+        url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+        results: dict[str, list[float]] = {"exact": [], "semantic": [], "miss": []}
+        with httpx.Client(timeout=120) as client:
+            _stream_ms(client, url, semantic_qs[0])  # first search builds the HNSW graph
+            # Keep the paraphrases the server serves semantically (some equal a question after normalising).
+            semantic_qs = [q for q in semantic_qs if _stream_ms(client, url, q)[1] == "semantic"]
+            for i in range(args.requests):
+                for kind, q in (("exact", exact_qs[i % len(exact_qs)]), ("semantic", semantic_qs[i % len(semantic_qs)]),
+                                ("miss", f"{uuid.uuid4().hex} what are the opening hours of branch {i}?")):
+                    ms, outcome = _stream_ms(client, url, q)
+                    if outcome != kind:
+                        raise RuntimeError(f"expected {kind}, got {outcome} for {q!r}")
+                    results[kind].append(ms)
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            p.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    miss = results["miss"]
+    print(f"\nend to end, streaming, {args.requests} requests each, {args.entries} entries "
+          f"(server on core {server_core}, client on core {client_core}; the machine may be shared):")
+    for kind, goal in (("exact", 1.0), ("semantic", 5.0), ("miss", None)):
+        xs = results[kind]
+        ratio = f"  p50 {_pct(xs, 50) / _pct(miss, 50):.2f}x / p99 {_pct(xs, 99) / _pct(miss, 99):.2f}x of a miss" \
+            if kind != "miss" else "  (baseline: the instant test upstream behind the gateway)"
+        goal_s = f"  goal p99 <= {goal:g} ms" if goal else ""
+        print(f"  {kind:<9} p50 {_pct(xs, 50):6.2f} ms  p99 {_pct(xs, 99):6.2f} ms{ratio}{goal_s}")
+    print(f"  miss-path lookup (exact probe + embed + search + guard): p50 {_pct(miss_ms, 50):.2f} ms  "
+          f"p99 {_pct(miss_ms, 99):.2f} ms  goal p50 <= 3 ms")
+
+
+if __name__ == "__main__":
+    main()
