@@ -97,6 +97,12 @@ class ModelSettings(BaseModel):
     enable_chunked_prefill: bool = True
     # Engine threads; 0 = auto (leave the gateway a core: see blink.engine.async_engine.default_threads).
     threads: int = Field(0, ge=0)
+    # Load-time weight quantization of linear layers (CPU: int8 weight-only, per-channel scales).
+    quantization: Literal["none", "int8"] = "none"
+    # Speculative decoding: n-gram prompt lookup, or a smaller draft model sharing the tokenizer.
+    speculative: Literal["none", "ngram", "draft"] = "none"
+    num_speculative_tokens: int = Field(5, ge=1, le=16)
+    speculative_draft_model: str | None = None
     # openai_http: upstream base URL (".../v1"), API key from an env var, model id upstream.
     base_url: str | None = None
     api_key_env: str | None = None

@@ -31,6 +31,7 @@ class SamplingOptions:
     n: int = 1
     min_tokens: int = 0
     ignore_eos: bool = False
+    speculative: bool = True
 
 
 @dataclass(slots=True)
@@ -108,6 +109,8 @@ class Load:
     # while speculation is off): exported as gauges at scrape time (blink/obs/engine_collector.py).
     batch_size: int | None = None
     spec_acceptance_rate: float | None = None
+    # Mean tokens emitted per verifying sequence-step (1 + accepted proposals).
+    spec_tokens_per_step: float | None = None
 
 
 @dataclass(slots=True)

@@ -109,6 +109,7 @@ class EmbeddedBackend:
             batch_size=st.batch_size,
             # Read by name: engines without speculative decoding have no such counters.
             spec_acceptance_rate=getattr(st, "spec_acceptance_rate", None) if getattr(st, "spec_proposed_tokens", 0) else None,
+            spec_tokens_per_step=getattr(st, "spec_tokens_per_step", None) if getattr(st, "spec_proposed_tokens", 0) else None,
         )
 
     # -- generation -------------------------------------------------------------------------
@@ -149,6 +150,7 @@ class EmbeddedBackend:
             logprobs=o.top_logprobs if o.logprobs else None,
             min_tokens=o.min_tokens,
             ignore_eos=o.ignore_eos,
+            speculative=o.speculative,
         )
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
@@ -275,6 +277,10 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
         enable_prefix_caching=ms.enable_prefix_caching,
         enable_chunked_prefill=ms.enable_chunked_prefill,
         threads=threads,
+        quantization=getattr(ms, "quantization", "none"),
+        speculative=None if getattr(ms, "speculative", "none") == "none" else ms.speculative,
+        num_speculative_tokens=getattr(ms, "num_speculative_tokens", 5),
+        speculative_draft_model=getattr(ms, "speculative_draft_model", None),
     )
 
 

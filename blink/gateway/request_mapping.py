@@ -128,6 +128,7 @@ def _options(body: SamplingFields, max_tokens: int | None, max_param: str, limit
         n=body.n,
         min_tokens=body.min_tokens,
         ignore_eos=body.ignore_eos,
+        speculative=body.speculative,
     )
 
 

@@ -23,6 +23,7 @@ ENGINE_GAUGES = (
     ("vllm:kv_cache_usage_perc", "KV-cache usage, 0-1.", "kv_usage"),
     ("blink_prefix_cache_hit_rate", "Prefix-cache hit rate, 0-1.", "prefix_cache_hit_rate"),
     ("blink_spec_decode_acceptance_rate", "Speculative-decoding draft acceptance rate, 0-1.", "spec_acceptance_rate"),
+    ("blink_spec_decode_tokens_per_step", "Tokens emitted per speculative verification step.", "spec_tokens_per_step"),
     ("blink_engine_batch_size", "Sequences in the last engine step.", "batch_size"),
 )
 

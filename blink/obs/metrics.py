@@ -60,6 +60,7 @@ SERIES_DOC = """\
 | `vllm:kv_cache_usage_perc` | gauge | model_name | KV-cache blocks in use, 0-1 |
 | `blink_prefix_cache_hit_rate` | gauge | model_name | prefix-cache hit rate, 0-1 |
 | `blink_spec_decode_acceptance_rate` | gauge | model_name | speculative-decoding acceptance rate, 0-1 |
+| `blink_spec_decode_tokens_per_step` | gauge | model_name | tokens emitted per speculative verification step |
 | `blink_engine_batch_size` | gauge | model_name | sequences in the last engine step |
 """
 

@@ -47,6 +47,8 @@ class SamplingFields(StrictModel):
     repetition_penalty: float | None = Field(None, gt=0.0, le=2.0)
     min_tokens: int = Field(0, ge=0)
     ignore_eos: bool = False
+    # Blink extra: false opts this request out of speculative decoding.
+    speculative: bool = True
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False

@@ -1,0 +1,36 @@
+"""Speed options travel from settings / the request body to the engine's own config and params."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from blink.backends.embedded import engine_config_from_settings
+from blink.config import ModelSettings
+from blink.gateway.request_mapping import chat_request
+from blink.protocol.chat import ChatCompletionRequest
+
+
+def test_engine_config_gets_speculation_and_quantization() -> None:
+    ms = ModelSettings(
+        model="m", speculative="draft", speculative_draft_model="d", num_speculative_tokens=3, quantization="int8"
+    )
+    cfg = engine_config_from_settings(ms)
+    assert (cfg.speculative, cfg.speculative_draft_model, cfg.num_speculative_tokens) == ("draft", "d", 3)
+    assert cfg.quantization == "int8"
+    plain = engine_config_from_settings(ModelSettings(model="m"))
+    assert (plain.speculative, plain.quantization) == (None, "none")
+
+
+def test_unknown_values_are_config_errors() -> None:
+    with pytest.raises(ValidationError):
+        ModelSettings(model="m", speculative="medusa")
+    with pytest.raises(ValidationError):
+        ModelSettings(model="m", quantization="int4")
+
+
+@pytest.mark.parametrize(("body", "expected"), [({}, True), ({"speculative": False}, False)])
+def test_request_can_turn_speculation_off(body: dict[str, object], expected: bool) -> None:
+    raw = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **body}
+    req = chat_request(ChatCompletionRequest.model_validate(raw), raw, "m", 4096, None)
+    assert req.options.speculative is expected
