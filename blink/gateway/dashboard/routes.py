@@ -10,6 +10,7 @@ import orjson
 from fastapi import APIRouter
 from starlette.responses import Response, StreamingResponse
 
+from blink.gateway.dashboard.breakers import breaker_states
 from blink.obs.observer import Observability
 from blink.protocol.errors import NotFoundError
 
@@ -35,7 +36,9 @@ def build_dashboard_router(obs: Observability) -> APIRouter:
     def snapshot() -> bytes:
         if live is None:
             return orjson.dumps({"disabled": True})
-        return orjson.dumps(live.snapshot(obs.loads()))
+        snap = live.snapshot(obs.loads())
+        snap["totals"]["breakers"].update(breaker_states(obs.metrics.registry))
+        return orjson.dumps(snap)
 
     @router.get("/dashboard")
     async def page() -> Response:
