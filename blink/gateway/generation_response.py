@@ -20,7 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 from blink.backends.base import Backend, Delta, GenerationRequest, Usage
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.errors import error_messages
-from blink.gateway.streaming import DONE, ChunkEncoder, error_event
+from blink.gateway.streaming import DONE, KEEP_ALIVE, ChunkEncoder, error_event
 from blink.obs.deltas import observe_stream
 from blink.obs.metrics import GatewayMetrics
 from blink.obs.stages import record_error
@@ -30,6 +30,9 @@ log = logging.getLogger("blink.gateway")
 
 # Status recorded for requests whose client went away (nginx's convention).
 _CLIENT_CLOSED = 499
+# SSE comment interval while the first token is pending: well inside the 60 s idle timeouts of
+# nginx (proxy_read_timeout) and common load balancers, rare enough to cost nothing.
+_KEEPALIVE_S = 15.0
 
 
 class GenerationResponse(Response):
@@ -45,8 +48,12 @@ class GenerationResponse(Response):
         timeout_s: float | None,
         on_complete: Callable[[ResponseAggregator], None] | None = None,
         extra_headers: list[tuple[bytes, bytes]] | None = None,
+        keepalive_s: float | None = _KEEPALIVE_S,
     ) -> None:
         super().__init__()
+        # A stream whose first token takes longer than this starts with SSE comments (headers
+        # sent, so a failure after that is an SSE error event rather than a JSON status).
+        self._keepalive_s = keepalive_s
         # Called with the whole response once it was delivered in full (cache fill, token
         # counting); it must only schedule work, never block the stream.
         self._on_complete = on_complete
@@ -101,7 +108,7 @@ class GenerationResponse(Response):
 
     async def _send_stream(self, it: AsyncIterator[Delta], send: Send) -> None:
         try:
-            first: Delta | None = await anext(it)
+            first: Delta | None = await self._first_delta(it, send)
         except StopAsyncIteration:
             first = None
         except BlinkError as err:
@@ -111,8 +118,11 @@ class GenerationResponse(Response):
             log.exception("backend %s failed before the first token", self._backend.name)
             await self._fail(send, InternalServerError("The backend failed before the first token."))
             return
-        await send(self._start_message(b"text/event-stream", None))
-        self._started = True
+        if self._started:  # keep-alive comments went out already: record the real TTFT now
+            self._ttft_ms()
+        else:
+            await send(self._start_message(b"text/event-stream", None))
+            self._started = True
         req = self._req
         enc = ChunkEncoder(req.kind, req.request_id, req.model, int(time.time()), self._include_usage)
         usage: Usage | None = None
@@ -133,6 +143,35 @@ class GenerationResponse(Response):
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         if agg is not None and self._on_complete is not None:
             self._on_complete(agg)
+
+    async def _first_delta(self, it: AsyncIterator[Delta], send: Send) -> Delta:
+        """``anext(it)``; past ``keepalive_s`` a side task sends the headers and an SSE comment
+        every ``keepalive_s`` until the first delta comes. The backend iterator stays in this task
+        (context variables, cancel scopes); the fast path costs one timer handle."""
+        if self._keepalive_s is None:
+            return await anext(it)
+        keeper: asyncio.Task[None] | None = None
+
+        def start_keeper() -> None:
+            nonlocal keeper
+            keeper = asyncio.ensure_future(self._keep_alive(send))
+
+        handle = asyncio.get_running_loop().call_later(self._keepalive_s, start_keeper)
+        try:
+            return await anext(it)
+        finally:
+            handle.cancel()
+            if keeper is not None:
+                keeper.cancel()
+                await asyncio.gather(keeper, return_exceptions=True)
+
+    async def _keep_alive(self, send: Send) -> None:
+        while True:
+            if not self._started:
+                self._started = True  # before the await: a cancel mid-send must not resend headers
+                await send(self._start_message(b"text/event-stream", 0.0))
+            await send({"type": "http.response.body", "body": KEEP_ALIVE, "more_body": True})
+            await asyncio.sleep(self._keepalive_s or 0.0)
 
     async def _send_whole(self, it: AsyncIterator[Delta], send: Send) -> None:
         req = self._req
