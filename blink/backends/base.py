@@ -53,6 +53,9 @@ class GenerationRequest:
     latency_budget_ms: float | None = None
     priority: str | None = None
     tier: str | None = None
+    # The prompt's sentence embedding (a 1-D numpy array) when the semantic cache computed one:
+    # the routing classifier reuses it instead of embedding the prompt again.
+    embedding: Any = None
 
 
 @dataclass(slots=True)

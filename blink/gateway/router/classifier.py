@@ -37,6 +37,7 @@ class CentroidClassifier:
         self.labels = list(examples)
         centroids = [_normalise(embed(list(examples[label]))).mean(axis=0) for label in self.labels]
         self._centroids = _normalise(np.stack(centroids))
+        self.dim = int(self._centroids.shape[1])
 
     def scores(self, texts: list[str]) -> np.ndarray:
         """Cosine similarity of each text to each label's centroid: (len(texts), len(labels))."""
@@ -44,7 +45,11 @@ class CentroidClassifier:
 
     def classify(self, text: str) -> tuple[str, float]:
         """The best label and its margin over the runner-up (0..2: how sure)."""
-        row = self.scores([text])[0]
+        return self.classify_vector(self.scores([text])[0], normalised=True)
+
+    def classify_vector(self, vec: np.ndarray, normalised: bool = False) -> tuple[str, float]:
+        """Like ``classify`` for a vector already embedded (by the semantic cache): one dot product."""
+        row = vec if normalised else _normalise(np.asarray(vec).reshape(1, -1))[0] @ self._centroids.T
         order = np.argsort(row)[::-1]
         margin = float(row[order[0]] - row[order[1]]) if len(order) > 1 else 1.0
         return self.labels[int(order[0])], margin
@@ -64,6 +69,10 @@ class ClassifierPolicy:
         self.offload = offload
 
     async def choose(self, req: GenerationRequest, tiers: Sequence[TierView]) -> Route | None:
+        shared = req.embedding
+        if shared is not None and np.asarray(shared).size == self.classifier.dim:
+            label, margin = self.classifier.classify_vector(shared)  # the cache's embedding: ~10 us
+            return self._route(label, margin, tiers)
         text = last_user_text(req)
         if not text:
             return None
@@ -71,6 +80,9 @@ class ClassifierPolicy:
             label, margin = await asyncio.to_thread(self.classifier.classify, text)
         else:
             label, margin = self.classifier.classify(text)
+        return self._route(label, margin, tiers)
+
+    def _route(self, label: str, margin: float, tiers: Sequence[TierView]) -> Route | None:
         tier = self.label_tiers.get(label)
         if tier is None or margin < self.min_margin or tier not in {t.name for t in tiers}:
             return None

@@ -72,3 +72,19 @@ def test_any_callable_embedder_works() -> None:
 
     c = CentroidClassifier(letters, {"a": ["aaaa", "aaab"], "z": ["zzzz", "zzzy"]})
     assert c.classify("aaaaaa")[0] == "a" and c.classify("zzz")[0] == "z"
+
+
+async def test_policy_reuses_the_semantic_cache_embedding(embed: Embedder) -> None:
+    calls: list[int] = []
+
+    def counting(texts: list[str]) -> np.ndarray:
+        calls.append(len(texts))
+        return embed(texts)
+
+    classifier = CentroidClassifier(counting, DEFAULT_EXAMPLES)
+    calls.clear()
+    tiers = [TierView("small", 0, Load(), 1, 1), TierView("large", 1, Load(), 1, 1)]
+    req = GenerationRequest("r", "auto", "chat", SamplingOptions(), messages=[{"role": "user", "content": "x"}])
+    req.embedding = embed(["derive the backpropagation equations for a transformer and prove convergence"])[0]
+    route = await ClassifierPolicy(classifier, {"simple": "small", "medium": "large", "complex": "large"}).choose(req, tiers)
+    assert route is not None and route.tier == "large" and calls == []  # no second embedding
