@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 from blink.backends.base import Delta, GenerationRequest
 from blink.gateway.resilience.hedge import Pump
-from blink.gateway.resilience.timeouts import StallWatch, next_delta
+from blink.gateway.resilience.timeouts import DeadlineExceeded, StallWatch, next_delta
 from blink.gateway.router.tier import Replica, Tier
 from blink.protocol.errors import BlinkError
 
@@ -81,7 +81,8 @@ class Attempt:
             return
         self._verdict = True
         client_fault = isinstance(err, BlinkError) and 400 <= err.status < 500 and err.status not in (408, 429)
-        if client_fault:
+        # The request's own deadline running out says nothing about the replica.
+        if client_fault or isinstance(err, DeadlineExceeded):
             self.replica.breaker.release_probe()
         else:
             self.replica.breaker.record_failure(type(err).__name__)
