@@ -8,6 +8,7 @@ keep-alive, one worker). Each proxy is pinned to the same one core; the upstream
 generator share the other core(s). Prints, per path: TTFT p50/p99 at concurrency 1, what the
 proxy adds, CPU-seconds per 1,000 streamed requests and streamed requests/s at concurrency 64.
 
+    apt-get install -y --no-install-recommends nginx   # once (Debian package)
     python benchmarks/gateway_overhead.py [--requests 400] [--requests-c64 2000]
 
 Anchors from the issue (measured elsewhere): LiteLLM +15 ms TTFT p50, 37.5 CPU-s / 1k requests;
@@ -20,6 +21,7 @@ import argparse
 import asyncio
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -138,6 +140,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400, help="requests at concurrency 1, per path")
     ap.add_argument("--requests-c64", type=int, default=2000, help="requests at concurrency 64, per path")
     args = ap.parse_args()
+    if shutil.which("nginx") is None:
+        sys.exit("nginx is not installed: apt-get install -y --no-install-recommends nginx")
     proxy_core, other_cores = split_cores()
     if other_cores:
         os.sched_setaffinity(0, other_cores)  # this load generator
