@@ -41,7 +41,22 @@ class Tracing:
         )
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        self._resource = Resource.create({"service.name": service_name})
+        class FrozenResource(Resource):
+            """The OTLP encoder groups spans by resource, hashing it per span (a JSON dump each
+            time: a third of the export cost); this resource never changes, so hash it once."""
+
+            def __init__(self, attributes: Any, schema_url: str | None) -> None:
+                super().__init__(attributes, schema_url)
+                self._hash = super().__hash__()
+
+            def __hash__(self) -> int:
+                return self._hash
+
+            def __eq__(self, other: object) -> bool:
+                return self is other or super().__eq__(other)
+
+        resource = Resource.create({"service.name": service_name})
+        self._resource = FrozenResource(resource.attributes, resource.schema_url)
         # Batching moves export (encoding + network I/O) to the SDK's background thread.
         self._processor = BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter)
         self._scope = InstrumentationScope("blink.gateway")
