@@ -98,7 +98,8 @@ class ModelSettings(BaseModel):
     # Engine threads; 0 = auto (leave the gateway a core: see blink.engine.async_engine.default_threads).
     threads: int = Field(0, ge=0)
     # Load-time weight quantization of linear layers (CPU: int8 weight-only, per-channel scales).
-    quantization: Literal["none", "int8"] = "none"
+    # int8-dense-prefill also keeps the loaded weights for prefill (faster TTFT, more memory).
+    quantization: Literal["none", "int8", "int8-dense-prefill"] = "none"
     # Speculative decoding: n-gram prompt lookup, or a smaller draft model sharing the tokenizer.
     speculative: Literal["none", "ngram", "draft"] = "none"
     num_speculative_tokens: int = Field(5, ge=1, le=16)

@@ -76,3 +76,15 @@ def test_int8_top1_agreement(arch: str, request: pytest.FixtureRequest) -> None:
     bf16_agreement = float((ref == _all_logits(bf16, prompts).argmax(-1)).float().mean())
     assert agreement >= _MIN_AGREEMENT, agreement
     assert agreement >= bf16_agreement - _MAX_LOSS_VS_BF16, (agreement, bf16_agreement)
+
+
+def test_dense_prefill_keeps_prefill_logits_exact(tiny_llama: Path) -> None:
+    """int8-dense-prefill: many-row calls use the loaded weights, so a prefill scores exactly
+    like the unquantized model while single-token decode steps use int8."""
+    base = EngineConfig(model=str(tiny_llama), dtype="float32", threads=1, max_model_len=512)
+    full = ModelRunner(base)
+    mixed = ModelRunner(EngineConfig(**{**base.__dict__, "quantization": "int8-dense-prefill"}))
+    prompt = [[random.Random(1).randrange(full.vocab_size) for _ in range(64)]]
+    assert torch.equal(_all_logits(full, prompt), _all_logits(mixed, prompt))
+    one = [RunSpan("d", [5], 64, list(range(0, 5)))]
+    assert not torch.equal(full.execute_spans(one), mixed.execute_spans(one))

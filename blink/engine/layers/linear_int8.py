@@ -20,7 +20,12 @@ _INT8_MAX = 127.0
 # The CPU kernel reads K in 16-element vectors: other widths returned NaN or crashed (torch
 # 2.13), so K is zero-padded to a multiple of 16 (all Llama-family widths already are).
 _K_MULTIPLE = 16
-QUANTIZATION_MODES = ("none", "int8")
+# From this many rows on (prefill chunks, large batches) a matmul is compute bound, and the
+# AMX bf16 GEMM beats the int8-weight kernel (SmolLM2 shape, 256-token prefill: 0.66x TTFT with
+# int8 everywhere, measured on this CPU), so such calls use the full-precision weight when kept.
+DENSE_MIN_ROWS = 32
+# "int8": int8 weights only; "int8-dense-prefill": also keeps the loaded weights for prefill.
+QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill")
 
 
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,9 +41,15 @@ class Int8Linear(nn.Module):
     (float32 when ``float_output``, as the LM head must return)."""
 
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, float_output: bool = False
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        float_output: bool = False,
+        keep_dense: bool = False,
     ) -> None:
         super().__init__()
+        # Full-precision weight for many-row calls (see DENSE_MIN_ROWS); costs its memory.
+        self.dense = weight.detach() if keep_dense else None
         q, scales = quantize_per_channel(weight)
         self.in_features = int(weight.shape[1])
         self.out_features = int(weight.shape[0])
@@ -53,6 +64,9 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
+        if self.dense is not None and x.numel() >= DENSE_MIN_ROWS * self.in_features:
+            y = torch.nn.functional.linear(x, self.dense, self.bias)
+            return y.float() if self.float_output else y
         x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
         if self._pad:
             x2 = torch.nn.functional.pad(x2, (0, self._pad))
@@ -83,6 +97,11 @@ def quantize_model(model: nn.Module, mode: str) -> int:
         parent = model.get_submodule(parent_name) if parent_name else model
         weight = module.weight  # type: ignore[union-attr]
         bias = getattr(module, "bias", None)
-        replacement = Int8Linear(weight, bias, float_output=bool(getattr(module, "float_output", False)))
+        replacement = Int8Linear(
+            weight,
+            bias,
+            float_output=bool(getattr(module, "float_output", False)),
+            keep_dense=mode == "int8-dense-prefill",
+        )
         setattr(parent, attr, replacement.to(weight.device))  # type: ignore[union-attr]
     return len(targets)

@@ -1,0 +1,211 @@
+"""Blink (best CPU config) vs the engines people use on a CPU, side by side in one run.
+
+Same random checkpoint for every engine (SmolLM2-135M's shape, Qwen2.5-0.5B's with --shapes),
+same threads. Figures: TTFT at 32/256/1024 prompt tokens, batch-1 decode tokens/s, aggregate
+tokens/s with 16 concurrent streams of 128 tokens; each printed as a ratio to every peer.
+
+Peers: ``transformers`` eager (fp32 and bf16) always; llama.cpp through ``llama-cpp-python``
+when it is importable and GGUF files of the same weights are given (``--gguf F16=a.gguf,Q8_0=b.gguf``;
+convert with llama.cpp's ``convert_hf_to_gguf.py`` + ``llama-quantize``), loaded without
+repacking (its repacked Q8_0/Q4_0 layouts crashed on this AMX CPU); vLLM's CPU build when
+``vllm`` is importable. Install those in the benchmark's own environment, never as Blink
+dependencies: both compile or download for many minutes.
+
+    python benchmarks/engine_vs_peers.py --threads 2 [--shapes smollm2-135m,qwen2.5-0.5b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_cpu import build, hf_generate, rand_prompt  # noqa: E402
+
+from blink.engine.config import EngineConfig  # noqa: E402
+from blink.engine.llm_engine import LLMEngine  # noqa: E402
+from blink.engine.sampling_params import SamplingParams  # noqa: E402
+
+
+@dataclass
+class Figures:
+    ttft_ms: dict[int, float] = field(default_factory=dict)
+    decode_tok_s: float = 0.0
+    agg_tok_s: float = 0.0
+
+
+@dataclass
+class Workload:
+    lengths: list[int]
+    decode_tokens: int
+    streams: int
+    stream_tokens: int
+
+
+def blink(path: Path, threads: int, dtype: str, quantization: str, w: Workload) -> Figures:
+    eng = LLMEngine(EngineConfig(model=str(path), dtype=dtype, threads=threads, max_model_len=2048,  # type: ignore[arg-type]
+                                 kv_cache_memory_bytes=1 << 30, max_num_batched_tokens=2048,
+                                 enable_prefix_caching=False, quantization=quantization), path)
+    greedy = SamplingParams(temperature=0.0, ignore_eos=True)
+
+    def run(prompts: list[list[int]], n: int) -> tuple[float, float | None, int]:
+        t0 = time.perf_counter()
+        for i, p in enumerate(prompts):
+            eng.add_request(f"r{time.perf_counter_ns()}-{i}", p, SamplingParams(**{**greedy.__dict__, "max_tokens": n}))
+        first, total = None, 0
+        while eng.has_unfinished():
+            for o in eng.step():
+                total += len(o.new_token_ids)
+                if first is None and total:
+                    first = time.perf_counter()
+        return t0, first, total
+
+    run([rand_prompt(16, 99)], 2)
+    f = Figures()
+    for n in w.lengths:
+        samples = []
+        for i in range(3):
+            t0, first, _ = run([rand_prompt(n, 1000 * n + i)], 1)
+            samples.append(((first or t0) - t0) * 1000)
+        f.ttft_ms[n] = statistics.median(samples)
+    t0, first, total = run([rand_prompt(32, 5)], w.decode_tokens)
+    f.decode_tok_s = (total - 1) / (time.perf_counter() - (first or t0))
+    t0, _, total = run([rand_prompt(32, 7000 + i) for i in range(w.streams)], w.stream_tokens)
+    f.agg_tok_s = total / (time.perf_counter() - t0)
+    return f
+
+
+def transformers_eager(path: Path, dtype: str, w: Workload) -> Figures:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).eval()
+    hf_generate(model, [rand_prompt(16, 99)], 1)
+    f = Figures()
+    f.ttft_ms = {n: statistics.median(hf_generate(model, [rand_prompt(n, 1000 * n + i)], 1) * 1000 for i in range(3))
+                 for n in w.lengths}
+    total = hf_generate(model, [rand_prompt(32, 5)], w.decode_tokens)
+    f.decode_tok_s = (w.decode_tokens - 1) / (total - hf_generate(model, [rand_prompt(32, 5)], 1))
+    t = hf_generate(model, [rand_prompt(32, 7000 + i) for i in range(w.streams)], w.stream_tokens)
+    f.agg_tok_s = w.streams * w.stream_tokens / t
+    return f
+
+
+def llama_cpp(gguf: Path, threads: int, w: Workload) -> Figures:
+    """llama-cpp-python, no repacking; aggregate = sequential streams (its Python API has no
+    continuous batching), which is how a single llama.cpp process serves 16 callers."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(gguf), n_threads=threads, n_ctx=2048, n_batch=1024, verbose=False,
+                use_extra_bufts=False)  # no repacked weight layouts
+
+    def gen(prompt: list[int], n: int) -> tuple[float, float]:
+        llm.reset()
+        t0 = time.perf_counter()
+        first = None
+        count = 0
+        for _tok in llm.generate(prompt, temp=0.0, top_k=1):
+            count += 1
+            if first is None:
+                first = time.perf_counter()
+            if count >= n:
+                break
+        return (first or t0) - t0, time.perf_counter() - (first or t0)
+
+    gen(rand_prompt(16, 99), 1)
+    f = Figures()
+    f.ttft_ms = {n: statistics.median(gen(rand_prompt(n, 1000 * n + i), 1)[0] * 1000 for i in range(3))
+                 for n in w.lengths}
+    _, rest = gen(rand_prompt(32, 5), w.decode_tokens)
+    f.decode_tok_s = (w.decode_tokens - 1) / rest
+    t0 = time.perf_counter()
+    for i in range(w.streams):
+        gen(rand_prompt(32, 7000 + i), w.stream_tokens)
+    f.agg_tok_s = w.streams * w.stream_tokens / (time.perf_counter() - t0)
+    return f
+
+
+def vllm_cpu(path: Path, w: Workload) -> Figures:
+    from vllm import LLM  # type: ignore[import-not-found]
+    from vllm import SamplingParams as VParams
+
+    llm = LLM(model=str(path), dtype="bfloat16", max_model_len=2048, enforce_eager=False)
+
+    def gen(prompts: list[list[int]], n: int) -> float:
+        t0 = time.perf_counter()
+        llm.generate([{"prompt_token_ids": p} for p in prompts],
+                     VParams(max_tokens=n, temperature=0.0, ignore_eos=True), use_tqdm=False)
+        return time.perf_counter() - t0
+
+    gen([rand_prompt(16, 99)], 1)
+    f = Figures()
+    f.ttft_ms = {n: statistics.median(gen([rand_prompt(n, 1000 * n + i)], 1) * 1000 for i in range(3))
+                 for n in w.lengths}
+    f.decode_tok_s = (w.decode_tokens - 1) / (gen([rand_prompt(32, 5)], w.decode_tokens) - gen([rand_prompt(32, 5)], 1))
+    f.agg_tok_s = w.streams * w.stream_tokens / gen([rand_prompt(32, 7000 + i) for i in range(w.streams)], w.stream_tokens)
+    return f
+
+
+def table(results: dict[str, Figures], lengths: list[int], best: str) -> None:
+    peers = [name for name in results if name != best]
+    b = results[best]
+    rows: list[tuple[str, Callable[[Figures], float], bool]] = [
+        (f"TTFT ms @ {n}", (lambda f, n=n: f.ttft_ms[n]), False) for n in lengths]
+    rows += [("batch-1 decode tok/s", lambda f: f.decode_tok_s, True),
+             ("16-stream aggregate tok/s", lambda f: f.agg_tok_s, True)]
+    print(f"{'figure':28s} {best:>16s} " + " ".join(f"{p:>24s}" for p in peers))
+    for label, get, higher_better in rows:
+        cells = []
+        for p in peers:
+            ratio = get(b) / get(results[p]) if higher_better else get(results[p]) / get(b)
+            cells.append(f"{get(results[p]):10.1f} ({ratio:5.2f}x)".rjust(24))
+        print(f"{label:28s} {get(b):16.1f} " + " ".join(cells))
+    print("ratios: Blink's advantage (>1 = Blink faster / more throughput)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="smollm2-135m")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lengths", default="32,256,1024")
+    ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--stream-tokens", type=int, default=128)
+    ap.add_argument("--gguf", default="", help="llama.cpp GGUF files: NAME=path[,NAME=path] (e.g. Q8_0=m.gguf)")
+    ap.add_argument("--skip-transformers-fp32", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    w = Workload([int(x) for x in args.lengths.split(",")], args.decode_tokens, args.streams, args.stream_tokens)
+    best = "blink bf16+int8"
+    for shape in args.shapes.split(","):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = build(shape, Path(tmp), "bfloat16")
+            results = {best: blink(path, args.threads, "bfloat16", "int8-dense-prefill", w),
+                       "blink bf16": blink(path, args.threads, "bfloat16", "none", w),
+                       "transformers bf16": transformers_eager(path, "bfloat16", w)}
+            if not args.skip_transformers_fp32:
+                results["transformers fp32"] = transformers_eager(path, "float32", w)
+            if importlib.util.find_spec("llama_cpp") is not None:
+                for item in filter(None, args.gguf.split(",")):
+                    name, _, file = item.partition("=")
+                    results[f"llama.cpp {name}"] = llama_cpp(Path(file), args.threads, w)
+            else:
+                print("(llama-cpp-python not importable: llama.cpp peers skipped)")
+            if importlib.util.find_spec("vllm") is not None:
+                results["vLLM CPU bf16"] = vllm_cpu(path, w)
+            else:
+                print("(vllm not importable: vLLM CPU peer skipped)")
+            print(f"\n## {shape}  threads={args.threads}")
+            table(results, w.lengths, best)
+
+
+if __name__ == "__main__":
+    main()

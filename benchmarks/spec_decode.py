@@ -1,0 +1,139 @@
+"""Speculative decoding at batch 1: decode tokens/s with speculation off vs on, same engine
+config, same prompt, output checked identical, in one run.
+
+    python benchmarks/spec_decode.py --threads 2 [--dtype bfloat16] [--quantization int8]
+
+Random weights cannot rewrite a paragraph, so three rows are reported, each against the same
+speculation-off baseline:
+- ``ngram``: prompt-lookup proposals on the random model's own continuation of a repetitive
+  prompt (acceptance is whatever this model produces: the honest floor);
+- ``ngram-on-rewrite``: the n-gram proposer reading a context that contains the answer it is
+  about to produce with small edits (every ``--edit-every``-th token changed), which is what a
+  real model rewriting a given paragraph emits; the proposer is the real NgramProposer, only the
+  context it searches is prepared;
+- the cost of one verification forward of 1 + K tokens relative to a plain decode step.
+
+fp32 by default: there greedy output is token-for-token identical with speculation on. In bf16
+the verification forward (K + 1 query rows) and the one-row decode path round differently, so
+near-tied logits (a few bf16 ulps apart) can pick different tokens; bf16 decode and bf16 prefill
+already disagree that way without speculation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence as Seq
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_cpu import build, rand_prompt  # noqa: E402
+
+from blink.engine.config import EngineConfig  # noqa: E402
+from blink.engine.llm_engine import LLMEngine  # noqa: E402
+from blink.engine.model_runner import RunSpan  # noqa: E402
+from blink.engine.sampling_params import SamplingParams  # noqa: E402
+from blink.engine.sequence import Sequence  # noqa: E402
+from blink.engine.spec_decode.ngram import NgramProposer  # noqa: E402
+from blink.engine.spec_decode.proposer import Proposal  # noqa: E402
+
+
+class RewriteContextProposer:
+    """NgramProposer searching ``reference`` (the answer with small edits) placed before the
+    sequence, as if the prompt held the paragraph being rewritten."""
+
+    def __init__(self, reference: list[int], ngram: NgramProposer) -> None:
+        self.reference = reference
+        self.ngram = ngram
+
+    def propose(self, requests: Seq[tuple[Sequence, int]]) -> list[Proposal]:
+        return [Proposal(self.ngram.lookup(self.reference + seq.output_token_ids, k)) for seq, k in requests]
+
+    def release(self, request_id: str) -> None:
+        return None
+
+
+def decode_rate(engine: LLMEngine, prompt: list[int], n: int) -> tuple[float, list[int]]:
+    """Tokens/s after the first token (TTFT excluded), and the tokens."""
+    engine.add_request("r", prompt, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+    tokens: list[int] = []
+    first = None
+    while engine.has_unfinished():
+        for o in engine.step():
+            tokens.extend(o.new_token_ids)
+            if first is None and tokens:
+                first = time.perf_counter(), len(tokens)
+    assert first is not None
+    return (len(tokens) - first[1]) / (time.perf_counter() - first[0]), tokens
+
+
+def same(want: list[int], got: list[int]) -> str:
+    """"yes", or where the outputs part (bf16 logits can tie exactly; see RESULTS.md)."""
+    diff = next((i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b), None)
+    return "yes" if diff is None else f"no, from token {diff}"
+
+
+def step_cost(engine: LLMEngine, k: int, reps: int = 10) -> float:
+    """Median ms of one forward over 1 + k tokens at a 256-token context."""
+    runner = engine.runner
+    table = list(range(0, 20))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        runner.execute_spans([RunSpan("x", rand_prompt(1 + k, 1), 256, table, num_logits=1 + k)])
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="smollm2-135m")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--quantization", default="none", choices=["none", "int8"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--edit-every", type=int, default=12, help="one token in N of the rewrite differs")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build(args.shape, Path(tmp), args.dtype)
+        common = dict(model=str(path), dtype=args.dtype, threads=args.threads, max_model_len=2048,
+                      kv_cache_memory_bytes=256 << 20, quantization=args.quantization)
+        off = LLMEngine(EngineConfig(**common), path)  # type: ignore[arg-type]
+        on = LLMEngine(EngineConfig(**common, speculative="ngram", num_speculative_tokens=args.k), path)  # type: ignore[arg-type]
+        paragraph = rand_prompt(60, 3)
+        prompt = paragraph + rand_prompt(4, 4) + paragraph + rand_prompt(4, 5) + paragraph[:20]
+        decode_rate(off, rand_prompt(16, 9), 4)  # warm-up
+        decode_rate(on, rand_prompt(16, 9), 4)
+        base_rate, want = decode_rate(off, prompt, args.tokens)
+        ngram_rate, got = decode_rate(on, prompt, args.tokens)
+        st = on.stats()
+        print(f"## {args.shape} dtype={args.dtype} quantization={args.quantization} threads={args.threads} K={args.k}")
+        print(f"{'workload':28s} {'tok/s':>8s} {'vs off':>8s} {'accept':>7s} {'tok/step':>9s} identical")
+        print(f"{'speculation off':28s} {base_rate:8.1f} {1.0:7.2f}x {'-':>7s} {1.0:9.2f} -")
+        print(f"{'ngram (random model)':28s} {ngram_rate:8.1f} {ngram_rate / base_rate:7.2f}x "
+              f"{st.spec_acceptance_rate:7.2f} {st.spec_tokens_per_step:9.2f} {same(want, got)}")
+        rng = random.Random(0)
+        reference = [t if (i + 1) % args.edit_every else rng.randrange(3, 500) for i, t in enumerate(want)]
+        rw = LLMEngine(EngineConfig(**common, speculative="ngram", num_speculative_tokens=args.k), path)  # type: ignore[arg-type]
+        assert rw.speculator is not None
+        rw.speculator.proposer = RewriteContextProposer(reference, NgramProposer())
+        decode_rate(rw, rand_prompt(16, 9), 4)
+        rw_rate, got_rw = decode_rate(rw, prompt, args.tokens)
+        st = rw.stats()
+        print(f"{'ngram-on-rewrite (1/' + str(args.edit_every) + ' edited)':28s} {rw_rate:8.1f} "
+              f"{rw_rate / base_rate:7.2f}x {st.spec_acceptance_rate:7.2f} {st.spec_tokens_per_step:9.2f} "
+              f"{same(want, got_rw)}")
+        one = step_cost(off, 0)
+        print(f"\nforward ms at 256 context: 1 token {one:.1f}; " + "; ".join(
+            f"{1 + k} tokens {step_cost(off, k):.1f} ({step_cost(off, k) / one:.2f}x)" for k in (2, 5, 8)))
+
+
+if __name__ == "__main__":
+    main()
