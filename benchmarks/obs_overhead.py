@@ -7,7 +7,8 @@ off (no metrics, no request log, no dashboard stats, no tracing), one with every
 dashboard stats). Both gateways share one core; the upstream, the sink and the load generator
 share the other. Rounds alternate between the two gateways so drift on a shared machine hits
 both alike. Prints CPU-ms per request (psutil on each gateway PID) and ratios against "off"; a third gateway,
-"metrics", has everything but tracing on, to split the cost.
+"metrics", has everything but tracing on, and "sampled" traces 10% of requests
+(``obs.trace_sample_ratio=0.1``), to split the cost.
 
     python benchmarks/obs_overhead.py [--rounds 5] [--requests 400] [--concurrency 16]
 """
@@ -42,6 +43,11 @@ async def otlp_sink(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
+def background_cpu(proc: psutil.Process) -> float:
+    """CPU seconds of every thread but the event loop's (span export runs in one of them)."""
+    return sum(t.user_time + t.system_time for t in proc.threads() if t.id != proc.pid)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -71,6 +77,9 @@ def main() -> None:
         "off": {"BLINK_OBS__METRICS": "false", "BLINK_OBS__REQUEST_LOG": "off", "BLINK_OBS__DASHBOARD": "false"},
         "metrics": {"BLINK_OBS__METRICS": "true", "BLINK_OBS__REQUEST_LOG": f"{log_dir}/metrics-only.jsonl",
                     "BLINK_OBS__DASHBOARD": "true"},
+        "sampled": {"BLINK_OBS__METRICS": "true", "BLINK_OBS__REQUEST_LOG": f"{log_dir}/sampled.jsonl",
+                    "BLINK_OBS__DASHBOARD": "true", "BLINK_OBS__OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}",
+                    "BLINK_OBS__TRACE_SAMPLE_RATIO": "0.1"},
         "on": {"BLINK_OBS__METRICS": "true", "BLINK_OBS__REQUEST_LOG": f"{log_dir}/requests.jsonl",
                "BLINK_OBS__DASHBOARD": "true", "BLINK_OBS__OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}"},
     }
@@ -98,14 +107,17 @@ def main() -> None:
             names = list(configs)
             order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
             for name in order:
+                bg0 = background_cpu(servers[name])
                 cpu0 = sum(servers[name].cpu_times()[:2])
                 t, _e2e, errors = asyncio.run(drive(f"http://127.0.0.1:{ports[name]}/v1", args.concurrency,
                                                     args.requests, args.tokens))
                 cpu = sum(servers[name].cpu_times()[:2]) - cpu0
+                bg = background_cpu(servers[name]) - bg0
                 n = args.requests + min(20, args.requests)  # drive() adds up to 20 warm-up requests
                 cpu_ms[name].append(cpu / n * 1000.0)
                 ttft[name].append(pct(t, 50))
-                print(f"round {r + 1} {name:>7}: {cpu / n * 1000.0:.3f} CPU-ms/request, TTFT p50 {pct(t, 50):.2f} ms"
+                print(f"round {r + 1} {name:>7}: {cpu / n * 1000.0:.3f} CPU-ms/request "
+                      f"({bg / n * 1000.0:.3f} in background threads), TTFT p50 {pct(t, 50):.2f} ms"
                       + (f", {errors} errors" if errors else ""))
         lines = sum(1 for _ in open(f"{log_dir}/requests.jsonl"))
         off = statistics.median(cpu_ms["off"])

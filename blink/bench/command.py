@@ -30,6 +30,7 @@ def bench(
     slo: Annotated[str | None, typer.Option(help="Goodput targets, e.g. ttft=100ms,itl=50ms,e2e=2s.")] = None,
     out: Annotated[Path | None, typer.Option(help="Folder for bench.json, bench.md and PNG plots.")] = None,
     seed: Annotated[int, typer.Option(help="Seed for prompts and arrivals.")] = 0,
+    warmup: Annotated[int, typer.Option(help="Uncounted requests per endpoint first, in parallel (opens connections).")] = 0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar (default: when stderr is a terminal).")] = sys.stderr.isatty(),
 ) -> None:
     """Load-test an OpenAI-compatible endpoint: TTFT/ITL/TPOT/E2E percentiles, throughput, goodput."""
@@ -56,5 +57,6 @@ def bench(
     except RuntimeError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    run = asyncio.run(session.run(load, shape, num_requests, max_duration, seed=seed, progress=progress))
+    run = asyncio.run(session.run(load, shape, num_requests, max_duration, seed=seed, progress=progress,
+                                 warmup=warmup))
     typer.echo(session.write(run, slo_s, out, endpoints))

@@ -54,14 +54,25 @@ async def run_bench(
     seed: int = 0,
     request_timeout_s: float = 300.0,
     on_done: Callable[[RequestResult], None] | None = None,
+    warmup: int = 0,
 ) -> BenchRun:
+    """``warmup`` requests per endpoint run first, in parallel (opening connections), and are not counted."""
     run = BenchRun(endpoints, workload.name, shape, [[] for _ in endpoints], [0] * len(endpoints))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
     timeout = httpx.Timeout(request_timeout_s, connect=10.0)
     in_flight: set[asyncio.Task[RequestResult]] = set()
-    start = time.perf_counter()
 
     async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
+        if warmup > 0:
+            now = time.perf_counter()
+            try:
+                async with asyncio.timeout(max_duration_s):
+                    await asyncio.gather(*(
+                        stream_one(client, ep, workload.request(i), RequestResult(endpoint=e, index=-1, start=0.0), now)
+                        for e, ep in enumerate(endpoints) for i in range(warmup)))
+            except TimeoutError:
+                pass  # the measured run below still gets its own time limit
+        start = time.perf_counter()
 
         async def one(e: int, i: int) -> RequestResult:
             req = workload.request(i)

@@ -38,10 +38,11 @@ class BenchSession:
             raise RuntimeError(f"cannot list models at {base_url} ({exc}); pass --model") from None
 
     async def run(self, workload: Workload, shape: LoadShape, num_requests: int, max_duration_s: float,
-                  *, seed: int = 0, progress: bool = False) -> BenchRun:
+                  *, seed: int = 0, progress: bool = False, warmup: int = 0) -> BenchRun:
         endpoints = self.endpoints()
         if not progress:
-            return await run_bench(endpoints, workload, shape, num_requests, max_duration_s, seed=seed)
+            return await run_bench(endpoints, workload, shape, num_requests, max_duration_s, seed=seed,
+                                   warmup=warmup)
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         with Progress(TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(),
@@ -55,7 +56,7 @@ class BenchSession:
                 bar.update(task, advance=1, errors=errors)
 
             return await run_bench(endpoints, workload, shape, num_requests, max_duration_s, seed=seed,
-                                   on_done=done)
+                                   on_done=done, warmup=warmup)
 
     def write(self, run: BenchRun, slo: dict[str, float], out: Path | None, endpoints: list[Endpoint]) -> str:
         """Write bench.json / bench.md / PNGs into ``out`` (when given); return the Markdown."""

@@ -59,3 +59,22 @@ class KnownLatencyServer:
 async def _send(send: Any, status: int, obj: Any) -> None:
     await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
     await send({"type": "http.response.body", "body": orjson.dumps(obj)})
+
+
+def main() -> None:
+    import argparse
+
+    import uvicorn
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--ttft", type=float, required=True)
+    ap.add_argument("--itl", type=float, required=True)
+    ap.add_argument("--fail-every", type=int, default=0)
+    args = ap.parse_args()
+    uvicorn.run(KnownLatencyServer(args.ttft, args.itl, args.fail_every), host="127.0.0.1", port=args.port,
+                loop="uvloop", http="httptools", log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -73,24 +73,35 @@ def test_no_endpoint_means_no_tracing_object(monkeypatch: pytest.MonkeyPatch) ->
     obs2.close()
 
 
-def test_parent_based_sampling() -> None:
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
+def test_parent_based_sampling(receiver: tuple[OTLPReceiver, str]) -> None:
     from blink.obs.trace import RequestTrace
     from blink.obs.tracing import Tracing
 
-    exporter = InMemorySpanExporter()
-    tracing = Tracing(exporter, batch=False, sample_ratio=0.0)
+    rec, url = receiver
+    rec.spans.clear()
+    tracing = Tracing.otlp(url, sample_ratio=0.0)
 
-    def finished(traceparent: str | None) -> RequestTrace:
-        t = RequestTrace(route="chat", model="m", traceparent=traceparent)
+    def finished(traceparent: str | None, model: str) -> RequestTrace:
+        t = RequestTrace(route="chat", model=model, traceparent=traceparent)
         t.add_stage("parse", t.start, 0.001)
         t.end = t.start + 0.01
         return t
 
-    tracing.export(finished(None))  # ratio 0: not sampled
-    tracing.export(finished("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"))  # caller: not sampled
-    assert exporter.get_finished_spans() == ()
-    tracing.export(finished("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"))  # caller: sampled
-    assert sorted(s.name for s in exporter.get_finished_spans()) == ["blink.parse", "chat m"]
-    tracing.shutdown()
+    tracing.export(finished(None, "a"))  # ratio 0: not sampled
+    tracing.export(finished("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", "b"))  # caller: no
+    tracing.export(finished("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "c"))  # caller: yes
+    tracing.shutdown()  # flushes
+    assert sorted(s.name for s in rec.spans) == ["blink.parse", "chat c"]
+    root = next(s for s in rec.spans if s.name == "chat c")
+    assert root.parent_span_id.hex() == "b7ad6b7169203331"
+
+
+def test_collector_down_drops_spans_without_raising() -> None:
+    from blink.obs.otlp import OTLPExporter
+    from blink.obs.trace import RequestTrace
+    from blink.obs.tracing import span_attributes
+
+    exporter = OTLPExporter("http://127.0.0.1:9", "blink", span_attributes, timeout_s=1)  # nothing listens
+    exporter.submit(RequestTrace(route="chat", model="m"), None, None)
+    exporter.shutdown()
+    assert exporter.dropped == 1 and exporter.exported == 0
