@@ -32,13 +32,21 @@ class BenchRun:
     unfinished: list[int] = field(default_factory=list)
     duration_s: float = 0.0
 
+    def active_s(self, e: int) -> float:
+        """Endpoint ``e``'s own busy span (first start to last end): its throughput's denominator,
+        so two endpoints sharing a run each get their own rate."""
+        done = [r for r in self.results[e] if r.e2e is not None]
+        if not done or self.unfinished[e]:
+            return self.duration_s
+        return max(r.start + (r.e2e or 0.0) for r in done) - min(r.start for r in self.results[e])
+
     def summary(self, slo: dict[str, float]) -> dict[str, Any]:
         return {
             "workload": self.workload,
             "load": self.shape.describe(),
             "endpoints": [
                 {"base_url": ep.base_url, "model": ep.model,
-                 **summarize(self.results[i], self.duration_s, slo, self.unfinished[i])}
+                 **summarize(self.results[i], self.active_s(i), slo, self.unfinished[i])}
                 for i, ep in enumerate(self.endpoints)
             ],
         }

@@ -93,6 +93,8 @@ def test_compare_runs_both_endpoints_interleaved_and_reports_ratios(known: str, 
     r = ratios(run.summary({}))
     assert r["TTFT p50"] == pytest.approx(2.0, rel=0.05)
     assert r["ITL p50"] == pytest.approx(1.0, rel=0.1)
+    # Each endpoint's throughput is over its own busy span: B's answers take 1.5x as long.
+    assert r["requests_per_s"] == pytest.approx(1 / 1.5, rel=0.1)
 
 
 def test_time_limit_bounds_the_run(known: str) -> None:
