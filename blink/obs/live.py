@@ -91,7 +91,7 @@ class LiveStats:
         batch = kv = running = 0.0
         seen = False
         for model, load in loads:
-            row = {"model": model}
+            row: dict[str, Any] = {"model": model}
             for attr in ("running", "waiting", "kv_usage", "batch_size", "prefix_cache_hit_rate"):
                 row[attr] = getattr(load, attr, None)
             engines.append(row)

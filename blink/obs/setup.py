@@ -19,7 +19,7 @@ def otlp_endpoint(settings: ObsSettings) -> str | None:
 
 
 def build_observability(settings: ObsSettings | None, loads: LoadSource | None = None) -> Observability:
-    settings = settings or ObsSettings()
+    settings = settings or ObsSettings.model_validate({})
     endpoint = otlp_endpoint(settings)
     tracing = Tracing.otlp(endpoint, settings.service_name, settings.trace_sample_ratio) if endpoint else None
     request_log = None
