@@ -112,7 +112,7 @@ async def drive(
                 except (httpx.HTTPError, RuntimeError) as exc:
                     errors += 1
                     if errors == 1:
-                        print(f"  first error: {exc}", flush=True)
+                        print(f"  first error: {exc!r}", flush=True)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - t0

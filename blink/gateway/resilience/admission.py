@@ -1,7 +1,8 @@
 """Admission control for one tier: a concurrency cap, a bounded priority queue, fast rejection.
 
 A request is admitted at once when a slot is free, else queued — unless the queue is full or
-its predicted wait (position x mean service time / slots) passes the request's budget, in which
+its predicted TTFT (wait = position x mean service time / slots, plus the tier's recent TTFT)
+passes the request's budget, in which
 case ``try_enter`` says no at once (the caller degrades to another tier or answers 503 +
 retry-after). ``interactive`` requests (voice, chat UIs) queue ahead of ``normal`` ahead of
 ``batch``; ``batch`` may use only half the queue so a backlog of bulk work never fills it.
@@ -71,8 +72,13 @@ class AdmissionController:
         """A retry-after hint: about when a queued request now would get its slot."""
         return max(1, math.ceil(self.predicted_wait_ms("batch") / 1000.0))
 
-    def try_enter(self, priority: str | None, budget_ms: float | None) -> asyncio.Future[Ticket] | None:
-        """A future resolving to a ticket, or None at once when the request must be shed."""
+    def try_enter(
+        self, priority: str | None, budget_ms: float | None, ttft_ms: float | None = None
+    ) -> asyncio.Future[Ticket] | None:
+        """A future resolving to a ticket, or None at once when the request must be shed.
+
+        ``budget_ms`` bounds the time to the first token, so the predicted wait plus the tier's
+        own TTFT (``ttft_ms``, recent EWMA) must fit in it."""
         lane = priority if priority in _LANES else "normal"
         cap = self.config.max_concurrency
         fut: asyncio.Future[Ticket] = asyncio.get_running_loop().create_future()
@@ -81,7 +87,9 @@ class AdmissionController:
             fut.set_result(Ticket(self))
             return fut
         limit = self.config.max_queue // 2 if lane == "batch" else self.config.max_queue
-        if self.queued >= limit or (budget_ms is not None and self.predicted_wait_ms(lane) > budget_ms):
+        if self.queued >= limit or (
+            budget_ms is not None and self.predicted_wait_ms(lane) + (ttft_ms or 0.0) > budget_ms
+        ):
             self.rejected += 1
             return None
         self._lanes[lane].append(fut)
