@@ -67,9 +67,8 @@ def main() -> None:
         os.sched_setaffinity(0, other)
     unsure = FaultUpstream(tokens=32, fault="unsure")
     sure, large = FaultUpstream(tokens=32), FaultUpstream(tokens=32)
-    for up in (sure, large):
+    for up in (unsure, sure, large):
         up.defaults["delay"] = TOKEN_DELAY_S
-    # "unsure" streams at full speed: its cost is the probe itself, which the delay would only inflate.
     tmp = Path(tempfile.mkdtemp(prefix="blink-cascade-"))
     port = free_port()
     with LiveServer(unsure) as u, LiveServer(sure) as s, LiveServer(large) as g:

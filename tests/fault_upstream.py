@@ -127,6 +127,8 @@ class FaultUpstream(FakeUpstream):
     async def _unsure(self, req: dict[str, Any], chat: bool, body: Any) -> None:
         """A complete, well-formed stream whose tokens carry low logprobs (a model guessing)."""
         for k in range(int(self.defaults["tokens"])):
+            if self.defaults.get("delay"):
+                await asyncio.sleep(self.defaults["delay"])
             lp = {"token": f" t{k}", "logprob": -3.0, "bytes": None, "top_logprobs": []}
             if chat:
                 choice = {"index": 0, "delta": {"content": f" t{k}"}, "logprobs": {"content": [lp]}, "finish_reason": None}
