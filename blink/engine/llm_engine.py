@@ -148,8 +148,8 @@ class LLMEngine:
         for i, item in enumerate(out.scheduled):
             if item.spec_token_ids:
                 start = first_row[i]
-                rows = logits[start : start + 1 + len(item.spec_token_ids)]
-                emitted = self._accept_speculated(self.speculator, item, rows)
+                spec_logits = logits[start : start + 1 + len(item.spec_token_ids)]
+                emitted = self._accept_speculated(self.speculator, item, spec_logits)
                 if emitted is not None:
                     outputs.append(emitted)
             elif item.num_lookahead:
