@@ -44,12 +44,12 @@ class CachedReplayResponse(Response):
         self._entry = entry
         self._stream = stream
         self._include_usage = include_usage
-        self._headers = headers
+        self._extra_headers = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         req = self._req
         deltas = cached_deltas(self._entry)
-        headers = [(b"x-request-id", req.request_id.encode()), *self._headers]
+        headers = [(b"x-request-id", req.request_id.encode()), *self._extra_headers]
         if self._stream:
             enc = ChunkEncoder(req.kind, req.request_id, req.model, int(time.time()), self._include_usage)
             parts = [c for c in (enc.encode(d) for d in deltas) if c is not None]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ class PostgresCacheStore:
         self.dim = dim
         # One table per dimension: an HNSW index needs a fixed-size vector column.
         self.table = table or f"blink_cache_d{dim}"
-        self._conn = None  # psycopg.AsyncConnection, opened in start()
+        self._conn: Any = None  # psycopg.AsyncConnection, opened in start()
         self._lock = asyncio.Lock()
         self._estimate = 0
 
@@ -59,11 +60,11 @@ class PostgresCacheStore:
             self._estimate = int(row[0]) if row else 0
             self._conn = conn
 
-    async def _execute(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    async def _execute(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         if self._conn is None:
             await self.start()
         async with self._lock:
-            cur = await self._conn.execute(sql, params)  # type: ignore[union-attr]
+            cur = await self._conn.execute(sql, params)
             return await cur.fetchall() if cur.description else []
 
     async def get_exact(self, ns: str, key: bytes) -> CachedResponse | None:
@@ -72,7 +73,7 @@ class PostgresCacheStore:
             f"UPDATE {self.table} SET last_used = %s WHERE ns = %s AND key = %s AND expires_at > %s RETURNING resp",
             (now, ns, key, now),
         )
-        return CachedResponse.from_bytes(bytes(rows[0][0])) if rows else None  # type: ignore[arg-type]
+        return CachedResponse.from_bytes(bytes(rows[0][0])) if rows else None
 
     async def nearest(self, ns: str, vec: np.ndarray, k: int) -> list[tuple[float, CachedResponse]]:
         lit = _vec_literal(vec)
@@ -81,7 +82,7 @@ class PostgresCacheStore:
             " WHERE ns = %s AND vec IS NOT NULL AND expires_at > %s ORDER BY vec <=> %s::vector LIMIT %s",
             (lit, ns, time.time(), lit, k),
         )
-        return [(float(score), CachedResponse.from_bytes(bytes(resp))) for resp, score in rows]  # type: ignore[arg-type]
+        return [(float(score), CachedResponse.from_bytes(bytes(resp))) for resp, score in rows]
 
     async def put(self, ns: str, key: bytes, vec: np.ndarray | None, resp: CachedResponse, ttl: float) -> None:
         now = time.time()
@@ -100,7 +101,7 @@ class PostgresCacheStore:
         """Expired rows first, then least recently used ones down to ``max_entries``."""
         t = self.table
         await self._execute(f"DELETE FROM {t} WHERE expires_at <= %s", (now,))
-        count = int((await self._execute(f"SELECT count(*) FROM {t}"))[0][0])  # type: ignore[call-overload]
+        count = int((await self._execute(f"SELECT count(*) FROM {t}"))[0][0])
         surplus = count - self.max_entries
         if surplus > 0:
             await self._execute(
@@ -112,12 +113,12 @@ class PostgresCacheStore:
         rows = await self._execute(
             f"SELECT count(*), count(DISTINCT ns) FROM {self.table} WHERE expires_at > %s", (time.time(),)
         )
-        return CacheStats(int(rows[0][0]), int(rows[0][1]), f"postgres {self.table}")  # type: ignore[call-overload]
+        return CacheStats(int(rows[0][0]), int(rows[0][1]), f"postgres {self.table}")
 
     async def clear(self) -> int:
         rows = await self._execute(f"WITH gone AS (DELETE FROM {self.table} RETURNING 1) SELECT count(*) FROM gone")
         self._estimate = 0
-        return int(rows[0][0])  # type: ignore[call-overload]
+        return int(rows[0][0])
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
