@@ -2,14 +2,20 @@
 # Debian packages the tests need (idempotent). Servers are started by the tests' fixtures on
 # 127.0.0.1 and stopped by PID.
 set -euo pipefail
+pkgs=()
+# (add packages here, one array entry per line)
+pkgs+=(chromium)     # dashboard test (headless, driven by PyPI playwright; never `playwright install`)
+pkgs+=(prometheus)   # scrape test: a real Prometheus querying /metrics
+pkgs+=(redis-server) # rate limits shared by two gateway processes (tests/servers.py starts it)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ "${#missing[@]}" -eq 0 ]; then
+  exit 0
+fi
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  pkgs=()
-  # (add packages here, one array entry per line)
-  pkgs+=(chromium)     # dashboard test (headless, driven by PyPI playwright; never `playwright install`)
-  pkgs+=(prometheus)   # scrape test: a real Prometheus querying /metrics
-  pkgs+=(redis-server) # rate limits shared by two gateway processes (tests/servers.py starts it)
-  if [ "${#pkgs[@]}" -gt 0 ]; then
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
-  fi
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "The tests need these Debian packages: ${missing[*]} — run this script as root (sudo bash .ci/system-deps.sh)." >&2
+  exit 1
 fi
