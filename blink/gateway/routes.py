@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from blink.backends.base import GenerationRequest
 from blink.backends.registry import BackendRegistry
 from blink.config import ServerSettings
 from blink.gateway.front import GatewayFront
@@ -18,6 +20,9 @@ from blink.obs import annotate, lap
 from blink.obs.metrics import GatewayMetrics
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.completions import CompletionRequest
+
+GenerationBody = ChatCompletionRequest | CompletionRequest
+RequestMapper = Callable[..., GenerationRequest]
 
 
 def _json(obj: object, status: int = 200) -> Response:
@@ -31,19 +36,21 @@ def build_router(
     front = front or GatewayFront()
     started = int(time.time())
 
-    @router.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
+    async def generate(request: Request, schema: type[GenerationBody], to_request: RequestMapper) -> Response:
+        """The one generation path both endpoints share: parse, resolve, admit, cache, generate."""
         t0 = time.perf_counter()
         raw = parse_json_object(await request.body())
         directives = front.directives(raw, request.headers)
-        body = validate(ChatCompletionRequest, raw)
+        body = validate(schema, raw)
         lap("parse")
         backend = registry.resolve(body.model)
         model = body.model or registry.default_model()
         annotate(model=model, backend=backend.name)
         lap("resolve")
         admission = await front.admit(request, model, directives)
-        req = apply_routing_headers(chat_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers)
+        req = apply_routing_headers(
+            to_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers
+        )
         stream, include_usage = bool(body.stream), bool(body.stream_options and body.stream_options.include_usage)
         cached = await front.lookup(admission, req, stream=stream, include_usage=include_usage)
         if cached is not None:
@@ -60,34 +67,13 @@ def build_router(
             extra_headers=admission.headers,
         )
 
+    @router.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, ChatCompletionRequest, chat_request)
+
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        t0 = time.perf_counter()
-        raw = parse_json_object(await request.body())
-        directives = front.directives(raw, request.headers)
-        body = validate(CompletionRequest, raw)
-        lap("parse")
-        backend = registry.resolve(body.model)
-        model = body.model or registry.default_model()
-        annotate(model=model, backend=backend.name)
-        lap("resolve")
-        admission = await front.admit(request, model, directives)
-        req = apply_routing_headers(completion_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers)
-        stream, include_usage = bool(body.stream), bool(body.stream_options and body.stream_options.include_usage)
-        cached = await front.lookup(admission, req, stream=stream, include_usage=include_usage)
-        if cached is not None:
-            return cached
-        return GenerationResponse(
-            backend,
-            req,
-            stream=stream,
-            include_usage=include_usage,
-            t0=t0,
-            metrics=metrics,
-            timeout_s=settings.request_timeout_s,
-            on_complete=front.on_complete(admission),
-            extra_headers=admission.headers,
-        )
+        return await generate(request, CompletionRequest, completion_request)
 
     @router.get("/v1/models")
     async def list_models() -> Response:
