@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from blink.gateway.resilience.window import SlidingWindow
+from blink.obs import count
 
 
 class BreakerState(Enum):
@@ -59,6 +60,7 @@ class CircuitBreaker:
         if self._state is BreakerState.OPEN and self._clock() - self._opened_at >= self.config.open_s:
             self._state = BreakerState.HALF_OPEN
             self._probes = 0
+            count("breaker_transition", backend=self.name, state="half_open")
         return self._state
 
     def allow(self) -> bool:
@@ -123,8 +125,11 @@ class CircuitBreaker:
         self._probes = 0
         self.trips += 1
         self.last_reason = reason
+        count("breaker_transition", backend=self.name, state="open")
 
     def _close(self) -> None:
+        if self._state is not BreakerState.CLOSED:
+            count("breaker_transition", backend=self.name, state="closed")
         self._state = BreakerState.CLOSED
         self._probes = 0
         self._outcomes.clear()

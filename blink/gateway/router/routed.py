@@ -27,6 +27,7 @@ from blink.gateway.router.attempt_request import continuation, with_logprobs
 from blink.gateway.router.cascade import CascadeConfig, ConfidenceProbe
 from blink.gateway.router.policy import PolicyChain, RoutingPolicy, request_text
 from blink.gateway.router.tier import Replica, Tier
+from blink.obs import count
 from blink.protocol.errors import BackendUnavailableError, BlinkError, OverloadedError
 
 
@@ -154,6 +155,7 @@ class RoutedBackend:
                 tier.admission.abandon(fut)
                 raise
         self.counters.shed += 1
+        count("shed", reason="admission")
         retry_after = min(t.admission.retry_after_s() for t in order)
         raise OverloadedError(
             f"Model '{self.name}' is overloaded; retry in {retry_after} s.", headers={"retry-after": str(retry_after)}
@@ -171,6 +173,7 @@ class RoutedBackend:
             while True:
                 probing = bool(escalate) and not sent_any
                 attempt, first = await self._first(with_logprobs(current) if probing else current, tiers, hashes, tries)
+                count("router_decision", route=self.name, backend=attempt.replica.name)
                 held = [first]
                 if probing:
                     try:
@@ -186,6 +189,7 @@ class RoutedBackend:
                         self.counters.escalations += 1
                         await attempt.close()
                         next_tier = escalate.pop(0)
+                        count("escalation", source=attempt.tier.name, target=next_tier.name)
                         tiers = [next_tier, *(t for t in tiers if t is not next_tier)]
                         tries = _Tries(count=tries.count - 1)  # escalation is not a retry
                         continue
@@ -297,6 +301,7 @@ class RoutedBackend:
                     tries.tried.add(id(replica))
                     tries.count += 1
                     self.counters.hedges += 1
+                    count("hedge", outcome="launched")
                     backup = Attempt(primary.tier, replica, req, pumped=True)
             if winner is None:
                 left = remaining(req.deadline)

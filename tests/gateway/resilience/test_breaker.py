@@ -116,3 +116,14 @@ def test_breaker_opens_and_closes_through_the_gateway(upstream: FakeUpstream) ->
             assert stream_chat(c) == (FULL, "stop")
             assert bad.hits == hits + 1  # the probe went to it and succeeded
             assert _state(gw, "faulty") == 0  # closed
+            # Every transition and routing decision reached the request-level obs counters too.
+            scrape = httpx.get(f"{gw.url}/metrics").text
+            for state in ("open", "half_open", "closed"):
+                assert _counter(scrape, "blink_breaker_transitions_total", f'state="{state}"') >= 1
+            assert _counter(scrape, "blink_router_decisions_total", 'backend="good"') >= 3
+            assert _counter(scrape, "blink_router_decisions_total", 'backend="faulty"') >= 1
+
+
+def _counter(scrape: str, name: str, label: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in scrape.splitlines()
+               if line.startswith(name + "{") and label in line)
