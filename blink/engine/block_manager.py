@@ -202,15 +202,7 @@ class BlockManager:
         (last) ones are evicted first.
         """
         for bid in reversed(seq.block_table):
-            block = self.blocks[bid]
-            block.ref_count -= 1
-            if block.ref_count < 0:
-                raise RuntimeError(f"block {bid} freed more times than referenced")
-            if block.ref_count == 0:
-                if block.hash is not None:
-                    self._evictable[bid] = None
-                else:
-                    self._free.append(bid)
+            self._release(bid)
         seq.block_table.clear()
         seq.num_hashed_blocks = 0
 
@@ -219,16 +211,19 @@ class BlockManager:
         reserved slots for proposals that were rejected)."""
         keep = self.blocks_needed(num_tokens)
         while len(seq.block_table) > max(keep, seq.num_hashed_blocks):
-            bid = seq.block_table.pop()
-            block = self.blocks[bid]
-            block.ref_count -= 1
-            if block.ref_count < 0:
-                raise RuntimeError(f"block {bid} freed more times than referenced")
-            if block.ref_count == 0:
-                if block.hash is not None:
-                    self._evictable[bid] = None
-                else:
-                    self._free.append(bid)
+            self._release(seq.block_table.pop())
+
+    def _release(self, bid: int) -> None:
+        """Drop one reference; an unreferenced block becomes evictable (hashed) or free."""
+        block = self.blocks[bid]
+        block.ref_count -= 1
+        if block.ref_count < 0:
+            raise RuntimeError(f"block {bid} freed more times than referenced")
+        if block.ref_count == 0:
+            if block.hash is not None:
+                self._evictable[bid] = None
+            else:
+                self._free.append(bid)
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached hash (e.g. after weights change); in-use blocks stay allocated.
