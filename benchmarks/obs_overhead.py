@@ -30,7 +30,8 @@ import psutil
 import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server_overhead import ROOT, drive, free_port, pct, pinned, wait_ready  # noqa: E402
+from _proc import free_port, pct, pinned, stop, wait_ready  # noqa: E402
+from server_overhead import ROOT, drive  # noqa: E402
 
 
 async def otlp_sink(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -128,14 +129,7 @@ def main() -> None:
                   f"median TTFT p50 {statistics.median(ttft[name]):.2f} ms")
         print(f"request log lines written by the 'on' gateway: {lines}")
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(*reversed(procs))
         sink.should_exit = True
 
 

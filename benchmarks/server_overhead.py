@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,37 +23,10 @@ from pathlib import Path
 import httpx
 import orjson
 import psutil
+from _proc import free_port, pct, pinned, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST_TOKEN = b'" t0"'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def pinned(cores: set[int] | None):  # type: ignore[no-untyped-def]
-    def preexec() -> None:
-        if cores:
-            os.sched_setaffinity(0, cores)
-
-    return preexec
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} not ready")
 
 
 async def one(client: httpx.AsyncClient, url: str, body: bytes) -> tuple[float, float]:
@@ -101,11 +73,6 @@ async def drive(base: str, concurrency: int, requests: int, tokens: int) -> tupl
     return ttfts, e2es, errors
 
 
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=300, help="requests at concurrency 1")
@@ -129,8 +96,8 @@ def main() -> None:
         cwd=ROOT, preexec_fn=pinned(server_cores),
     )
     try:
-        wait_ready(f"http://127.0.0.1:{up_port}/v1/models", up)
-        wait_ready(f"http://127.0.0.1:{blink_port}/ready", blink)
+        wait_ready(f"http://127.0.0.1:{up_port}/v1/models", up, timeout=60)
+        wait_ready(f"http://127.0.0.1:{blink_port}/ready", blink, timeout=60)
         server = psutil.Process(blink.pid)
         print(f"cores: blink {server_cores or 'any'}, upstream + load generator {other_cores or 'any'}")
         print(f"{'path':<8}{'conc':>5}{'reqs':>6}{'TTFT p50':>10}{'p99':>8}{'E2E p50':>10}{'p99':>8}"
