@@ -107,9 +107,9 @@ class EmbeddedBackend:
             kv_usage=st.kv_usage,
             prefix_cache_hit_rate=st.prefix_cache_hit_rate,
             batch_size=st.batch_size,
-            # Read by name: engines without speculative decoding have no such counters.
-            spec_acceptance_rate=getattr(st, "spec_acceptance_rate", None) if getattr(st, "spec_proposed_tokens", 0) else None,
-            spec_tokens_per_step=getattr(st, "spec_tokens_per_step", None) if getattr(st, "spec_proposed_tokens", 0) else None,
+            # Nothing proposed yet (speculation off): report no rate rather than a misleading 0.
+            spec_acceptance_rate=st.spec_acceptance_rate if st.spec_proposed_tokens else None,
+            spec_tokens_per_step=st.spec_tokens_per_step if st.spec_proposed_tokens else None,
         )
 
     # -- generation -------------------------------------------------------------------------
