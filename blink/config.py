@@ -31,6 +31,7 @@ from pydantic_settings import (
 )
 
 from blink.routing_config import RouteSettings, check_routes
+from blink.safety_config import ModelServerSettings, SafetySettings
 
 DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -231,6 +232,9 @@ class Settings(BaseSettings):
     ratelimit: RateLimitSettings = RateLimitSettings()
     cache: CacheSettings = CacheSettings()
     obs: ObsSettings = ObsSettings()
+    # Small ONNX models with dynamic batching and the safety filter (blink/safety_config.py).
+    model_server: ModelServerSettings = ModelServerSettings()
+    safety: SafetySettings = SafetySettings()
 
     @model_validator(mode="after")
     def _check_models(self) -> Settings:
