@@ -15,8 +15,16 @@ from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
 from blink.gateway.app import create_app
 from blink.gateway.front_builder import build_front_factory, build_key_store
 from blink.gateway.resilience.metrics import RouterCollector
-from blink.gateway.router.build import build_routed_backend
+from blink.gateway.router.build import build_routed_backend, default_embedder
+from blink.gateway.router.classifier import Embedder
 from blink.gateway.router.routed import RoutedBackend
+from blink.gateway.routes_models import build_models_router
+from blink.gateway.safety.build import build_pipeline, build_safety
+from blink.modelserver.build import build_model_server, needs_encoder
+from blink.modelserver.clients import EncoderClient
+from blink.modelserver.metrics import ModelServerCollector
+from blink.modelserver.server import ModelServer
+from blink.routing_config import ClassifierSettings
 
 
 class EmbeddedBackendMissingError(RuntimeError):
@@ -52,7 +60,12 @@ def build_backend(model: ModelSettings) -> Backend:
     return backend
 
 
-def build_registry(settings: Settings) -> BackendRegistry:
+def build_registry(settings: Settings, encoder: EncoderClient | None = None) -> BackendRegistry:
+    """``encoder``: the model server's batched encoder, for routes' embedding classifiers."""
+
+    def embedder(c: ClassifierSettings) -> Embedder:
+        return encoder if encoder is not None and c.embedder_path is None else default_embedder(c)
+
     registry = BackendRegistry(default_model=settings.default_model)
     backends: dict[str, Backend] = {}
     for model in settings.models:
@@ -60,7 +73,7 @@ def build_registry(settings: Settings) -> BackendRegistry:
         registry.add(model.name, backends[model.name])
     for route in settings.routes:
         # The replicas stay servable on their own names; the registry starts and closes them.
-        registry.add(route.name, build_routed_backend(route, backends, owns_backends=False))
+        registry.add(route.name, build_routed_backend(route, backends, embedder=embedder, owns_backends=False))
     return registry
 
 
@@ -72,14 +85,26 @@ def register_router_metrics(app: FastAPI, settings: Settings) -> None:
 
 
 def build_app(settings: Settings) -> FastAPI:
+    models = build_model_server(settings)
+    encoder = EncoderClient(models.get(settings.cache.semantic.model, "encoder")) if models and needs_encoder(settings) else None
+    safety = build_safety(settings.safety, models)
+    models_router = None
+    if models is not None or settings.safety.enabled:
+        moderation = build_pipeline(settings.safety, models)
+        models_router = build_models_router(models or ModelServer(), moderation, settings.model_server.max_inputs)
     app = create_app(
-        build_registry(settings),
+        build_registry(settings, encoder),
         settings.server,
-        front=build_front_factory(settings),
+        front=build_front_factory(settings, encoder, safety),
         key_store=build_key_store(settings),
         obs_settings=settings.obs,
+        model_server=models,
+        models_router=models_router,
     )
     register_router_metrics(app, settings)
+    if models is not None:
+        app.state.metrics.registry.register(ModelServerCollector(models))
+    app.state.model_server = models
     return app
 
 

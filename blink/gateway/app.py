@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
 from blink.backends.registry import BackendRegistry
 from blink.config import ObsSettings, ServerSettings
@@ -15,6 +15,7 @@ from blink.gateway.errors import install_error_handlers
 from blink.gateway.front import GatewayFront
 from blink.gateway.limits import BodySizeLimitMiddleware, ConcurrencyLimitMiddleware
 from blink.gateway.routes import build_router
+from blink.modelserver.server import ModelServer
 from blink.obs.metrics import GatewayMetrics
 from blink.obs.middleware import ObservabilityMiddleware
 from blink.obs.setup import build_observability
@@ -26,6 +27,8 @@ def create_app(
     front: Callable[[GatewayMetrics], GatewayFront] | None = None,
     key_store: ApiKeyStore | None = None,
     obs_settings: ObsSettings | None = None,
+    model_server: ModelServer | None = None,
+    models_router: APIRouter | None = None,
 ) -> FastAPI:
     """An ASGI app serving ``registry``'s models; backends start in its lifespan.
 
@@ -45,6 +48,8 @@ def create_app(
         finally:
             await gateway_front.aclose()
             await registry.aclose_all()
+            if model_server is not None:
+                model_server.close()
             obs.close()
 
     app = FastAPI(title="Blink", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -53,6 +58,8 @@ def create_app(
     app.state.obs = obs
     app.state.front = gateway_front
     app.include_router(build_router(registry, server_settings, metrics, gateway_front))
+    if models_router is not None:  # /v1/embeddings, /v1/classify, /v1/moderations (routes_models.py)
+        app.include_router(models_router)
     # Added innermost first: requests pass the catch-all, then the body limit, then concurrency.
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent=server_settings.max_concurrent_streams)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=server_settings.max_body_bytes)

@@ -17,13 +17,15 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
-from blink.backends.base import GenerationRequest
+from blink.backends.base import Backend, GenerationRequest
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, check_model_allowed
 from blink.gateway.cache.replay import CachedReplayResponse
 from blink.gateway.cache.stage import CacheDirectives, CacheLookup, ResponseCache
 from blink.gateway.ratelimit import RateLimiter, RateLimitTicket
+from blink.gateway.safety.stage import SafetyStage
 from blink.obs import annotate, stage
+from blink.obs.redact import redact
 
 DEFAULT_TENANT = "default"
 ANONYMOUS_KEY = "anonymous"
@@ -41,15 +43,20 @@ class Admission:
 
 
 class GatewayFront:
-    def __init__(self, cache: ResponseCache | None = None, limiter: RateLimiter | None = None) -> None:
+    def __init__(
+        self, cache: ResponseCache | None = None, limiter: RateLimiter | None = None, safety: SafetyStage | None = None
+    ) -> None:
         self.cache = cache
         self.limiter = limiter
+        self.safety = safety
 
     async def start(self) -> None:
         if self.cache is not None:
             await self.cache.start()
 
     async def aclose(self) -> None:
+        if self.safety is not None:  # first: pending checks may still fill the cache
+            await self.safety.aclose()
         if self.limiter is not None:
             await self.limiter.aclose()
         if self.cache is not None:
@@ -87,23 +94,41 @@ class GatewayFront:
             return None
         return CachedReplayResponse(req, adm.cache.entry, stream=stream, include_usage=include_usage, headers=adm.headers)
 
-    def on_complete(self, adm: Admission) -> Callable[[ResponseAggregator], None] | None:
+    def guard(self, backend: Backend, model: str) -> Backend:
+        """The backend as this model's safety mode wants it (wrapped in blocking mode)."""
+        return backend if self.safety is None else self.safety.guard(backend, model)
+
+    def on_complete(self, adm: Admission, req: GenerationRequest | None = None) -> Callable[[ResponseAggregator], None] | None:
         """The callback GenerationResponse runs after a full response, or None when nothing needs it."""
         fill = self.cache is not None and adm.cache is not None and adm.cache.fill
         charge = adm.ticket is not None and bool(adm.ticket.token_limits)
-        if not (fill or charge):
+        safety = self.safety if req is not None else None
+        if not (fill or charge or safety):
             return None
 
         def done(agg: ResponseAggregator) -> None:
-            if fill and self.cache is not None and adm.cache is not None:
+            if safety is not None and req is not None:  # the verdict decides the fill (flagged: never cached)
+                rendered = agg.render("", adm.model, 0)
+                safety.after_response(req, adm.model, rendered, self._filler(adm, rendered) if fill else None)
+            elif fill and self.cache is not None and adm.cache is not None:
                 self.cache.schedule_fill(adm.cache, agg.render("", adm.model, 0))
             if charge and self.limiter is not None and adm.ticket is not None and agg.usage is not None:
                 self.limiter.charge_tokens(adm.ticket, agg.usage.total_tokens)
 
         return done
 
+    def _filler(self, adm: Admission, rendered: dict[str, Any]) -> Callable[[], None]:
+        def fill() -> None:
+            if self.cache is not None and adm.cache is not None:
+                adm.cache.query = redact(adm.cache.query)  # the stored query never keeps PII
+                self.cache.schedule_fill(adm.cache, rendered)
+
+        return fill
+
     async def drain(self) -> None:
         """Wait for background fills and token charges (tests and shutdown)."""
+        if self.safety is not None:  # first: a clean verdict schedules a cache fill
+            await self.safety.drain()
         if self.cache is not None:
             await self.cache.drain()
         if self.limiter is not None:

@@ -12,6 +12,8 @@ from blink.gateway.cache.stage import ResponseCache
 from blink.gateway.cache.store import CacheStore
 from blink.gateway.front import GatewayFront
 from blink.gateway.ratelimit import RateLimiter
+from blink.gateway.safety.stage import SafetyStage
+from blink.modelserver.clients import EncoderClient
 from blink.obs.metrics import GatewayMetrics
 
 
@@ -36,28 +38,33 @@ def build_cache_store(cache: CacheSettings, dim: int = 384) -> CacheStore:
     return SQLiteCacheStore(Path(cache.path).expanduser(), max_entries=cache.max_entries)
 
 
-def build_matcher(cache: CacheSettings) -> GuardedMatcher:
+def build_matcher(cache: CacheSettings, encoder: EncoderClient | None = None) -> GuardedMatcher:
     from blink.gateway.cache.semantic import GuardedMatcher
 
+    if encoder is not None:  # the model server's batched encoder, shared with routing and /v1/embeddings
+        s = cache.semantic
+        return GuardedMatcher(encoder, s.threshold, s.guard, embed_async=encoder.aembed)
     return GuardedMatcher.from_settings(cache.semantic)
 
 
-def build_response_cache(cache: CacheSettings) -> ResponseCache | None:
+def build_response_cache(cache: CacheSettings, encoder: EncoderClient | None = None) -> ResponseCache | None:
     if not (cache.exact.enabled or cache.semantic.enabled):
         return None
-    matcher = build_matcher(cache) if cache.semantic.enabled else None
+    matcher = build_matcher(cache, encoder) if cache.semantic.enabled else None
     dim = matcher.embedder.dim if matcher is not None else 384
     return ResponseCache(build_cache_store(cache, dim), cache, matcher)
 
 
-def build_front_factory(settings: Settings) -> Callable[[GatewayMetrics], GatewayFront]:
-    cache = build_response_cache(settings.cache)
+def build_front_factory(
+    settings: Settings, encoder: EncoderClient | None = None, safety: SafetyStage | None = None
+) -> Callable[[GatewayMetrics], GatewayFront]:
+    cache = build_response_cache(settings.cache, encoder)
     limits = settings.ratelimit
     # Keys carry their own limits, so with API keys on the limiter is always consulted.
     wanted = settings.auth.enabled or limits.requests_per_minute or limits.tokens_per_minute or limits.models
     limiter = RateLimiter(limits) if wanted else None
 
     def factory(metrics: GatewayMetrics) -> GatewayFront:
-        return GatewayFront(cache, limiter)
+        return GatewayFront(cache, limiter, safety)
 
     return factory

@@ -56,14 +56,14 @@ def build_router(
         if cached is not None:
             return cached
         return GenerationResponse(
-            backend,
+            front.guard(backend, model),
             req,
             stream=stream,
             include_usage=include_usage,
             t0=t0,
             metrics=metrics,
             timeout_s=settings.request_timeout_s,
-            on_complete=front.on_complete(admission),
+            on_complete=front.on_complete(admission, req),
             extra_headers=admission.headers,
         )
 

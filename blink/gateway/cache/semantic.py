@@ -7,6 +7,7 @@ event loop; ONNX Runtime releases the GIL while it computes, so other streams ke
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -23,10 +24,15 @@ class Embedder(Protocol):
 
 
 class GuardedMatcher:
-    def __init__(self, embedder: Embedder, threshold: float, guard: bool = True) -> None:
+    def __init__(
+        self, embedder: Embedder, threshold: float, guard: bool = True,
+        embed_async: Callable[[str], Awaitable[np.ndarray]] | None = None,
+    ) -> None:  # fmt: skip
         self.embedder = embedder
         self.threshold = threshold
         self.guard = guard
+        # The model server's batched encoder (shared with routing and /v1/embeddings), when wired.
+        self._embed_async = embed_async
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blink-embed")
 
     @classmethod
@@ -36,6 +42,8 @@ class GuardedMatcher:
         return cls(OnnxEmbedder(s.model, s.onnx_dir, s.quantize), s.threshold, s.guard)
 
     async def embed(self, text: str) -> np.ndarray:
+        if self._embed_async is not None:
+            return await self._embed_async(text)
         return await asyncio.get_running_loop().run_in_executor(self._worker, self.embedder.embed, text)
 
     def accept(self, query: str, cached_query: str, score: float) -> bool:

@@ -105,7 +105,7 @@ class ResponseCache:
         if not directives.lookup:
             result.outcome = "bypass"
             if semantic and directives.store:
-                result.vec = await self.matcher.embed(query) if self.matcher else None
+                result.vec = req.embedding = await self.matcher.embed(query) if self.matcher else None
             return result
         hit = await self.store.get_exact(ns, key)
         if hit is not None:
@@ -115,7 +115,7 @@ class ResponseCache:
         matcher = self.matcher
         if matcher is None:
             return result
-        result.vec = await matcher.embed(query)
+        result.vec = req.embedding = await matcher.embed(query)  # the router's classifier reuses it
         for score, cand in await self.store.nearest(ns, result.vec, _NEIGHBOURS):
             if score < matcher.threshold:
                 break

@@ -1,0 +1,100 @@
+"""Non-generative endpoints over the model server: /v1/embeddings, /v1/classify, /v1/moderations."""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from blink.gateway.model_inputs import input_list, token_counts
+from blink.gateway.request_parsing import parse_json_object, validate
+from blink.gateway.safety.pipeline import SafetyPipeline
+from blink.gateway.safety.verdict import Verdict
+from blink.modelserver.server import ModelServer, ServedModel
+from blink.protocol.errors import InvalidRequestError, ModelNotFoundError
+from blink.protocol.model_endpoints import ClassifyRequest, EmbeddingRequest, ModerationRequest
+
+# OpenAI's moderation categories: always present in a result, so the official client parses it.
+OPENAI_CATEGORIES = (
+    "harassment", "harassment/threatening", "hate", "hate/threatening", "illicit", "illicit/violent", "self-harm",
+    "self-harm/instructions", "self-harm/intent", "sexual", "sexual/minors", "violence", "violence/graphic",
+)  # fmt: skip
+
+
+def _json(obj: object) -> Response:
+    return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
+
+
+def _pick(models: ModelServer, name: str | None, kind: str) -> ServedModel:
+    if name:
+        return models.get(name, kind)
+    model = models.default(kind)
+    if model is None:
+        raise ModelNotFoundError(f"No {kind} model is configured on this server.", param="model")
+    return model
+
+
+def _encode(rows: np.ndarray, fmt: str) -> list[object]:
+    if fmt == "base64":  # little-endian float32, as OpenAI sends it
+        return [base64.b64encode(r.astype("<f4").tobytes()).decode() for r in rows]
+    return [r.tolist() for r in rows]
+
+
+def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inputs: int) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        body = validate(EmbeddingRequest, parse_json_object(await request.body()))
+        model = _pick(models, body.model, "encoder")
+        texts = input_list(body.input, max_inputs)
+        tokens = sum(token_counts(model, texts))
+        if body.dimensions is not None and body.dimensions > model.dim:
+            raise InvalidRequestError(f"'dimensions' must be at most {model.dim} for '{model.name}'.",
+                                      param="dimensions")  # fmt: skip
+        rows = await model.run(texts)
+        if body.dimensions is not None and body.dimensions < model.dim:  # Matryoshka-style cut, renormalised
+            rows = rows[:, : body.dimensions]
+            rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        data = [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(_encode(rows, body.encoding_format))]
+        return _json({"object": "list", "data": data, "model": model.name,
+                      "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+
+    @router.post("/v1/classify")
+    async def classify(request: Request) -> Response:
+        body = validate(ClassifyRequest, parse_json_object(await request.body()))
+        model = _pick(models, body.model, "classifier")
+        texts = input_list(body.input, max_inputs)
+        tokens = sum(token_counts(model, texts))
+        probs = await model.run(texts)
+        data = []
+        for i, row in enumerate(probs.tolist()):
+            best = int(np.argmax(row))
+            data.append({"index": i, "label": model.labels[best], "score": row[best],
+                         "scores": dict(zip(model.labels, row, strict=True))})  # fmt: skip
+        return _json({"object": "list", "model": model.name, "data": data,
+                      "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+
+    @router.post("/v1/moderations")
+    async def moderations(request: Request) -> Response:
+        body = validate(ModerationRequest, parse_json_object(await request.body()))
+        texts = input_list(body.input, max_inputs)
+        results = [_moderation(await moderation.check(t)) for t in texts]
+        return _json({"id": f"modr-{uuid.uuid4().hex}", "model": body.model or "blink-safety",
+                      "created": int(time.time()), "results": results})  # fmt: skip
+
+    return router
+
+
+def _moderation(v: Verdict) -> dict[str, object]:
+    categories = dict.fromkeys(OPENAI_CATEGORIES, False)
+    scores = dict.fromkeys(OPENAI_CATEGORIES, 0.0)
+    for name, score in v.scores.items():
+        scores[name] = score
+        categories[name] = name in v.categories
+    return {"flagged": v.flagged, "categories": categories, "category_scores": scores}

@@ -1,0 +1,29 @@
+"""``SafetySettings`` (+ the model server, for the classifier check) -> a ``SafetyStage`` or None."""
+
+from __future__ import annotations
+
+from blink.gateway.safety.checks import Check, PiiCheck, RuleCheck
+from blink.gateway.safety.classifier_check import ClassifierCheck
+from blink.gateway.safety.pipeline import SafetyPipeline
+from blink.gateway.safety.stage import SafetyStage
+from blink.gateway.safety.webhook import Webhook
+from blink.modelserver.server import ModelServer
+from blink.safety_config import SafetySettings
+
+
+def build_pipeline(s: SafetySettings, models: ModelServer | None) -> SafetyPipeline:
+    checks: list[Check] = [RuleCheck(s.blocklist, s.patterns, s.prompt_injection)]
+    if s.pii != "ignore":
+        checks.append(PiiCheck(s.pii))
+    if s.classifier is not None:
+        if models is None:
+            raise ValueError(f"safety.classifier {s.classifier!r} needs model_server.models to serve it")
+        checks.append(ClassifierCheck(models.get(s.classifier, "classifier"), s.safe_labels, s.threshold))
+    return SafetyPipeline(checks)
+
+
+def build_safety(s: SafetySettings, models: ModelServer | None) -> SafetyStage | None:
+    if not s.enabled:
+        return None
+    webhook = Webhook(s.webhook) if s.webhook else None
+    return SafetyStage(build_pipeline(s, models), s.mode, s.routes, webhook)

@@ -1,0 +1,1 @@
+"""In-process server for small ONNX models (encoders, sequence classifiers) with dynamic batching."""
