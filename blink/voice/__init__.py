@@ -1,0 +1,1 @@
+"""Streaming voice pipeline: VAD -> turn -> STT -> LLM -> TTS, each stage streaming into the next."""

@@ -1,0 +1,48 @@
+"""What a voice session is made of: the shared models, and a fresh pipeline per session."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from blink.backends.base import Backend
+from blink.voice.chunker import ClauseChunker
+from blink.voice.llm import DEFAULT_SYSTEM_PROMPT, LlmStage
+from blink.voice.pipeline import Pipeline
+from blink.voice.stt import SttStage, Transcriber
+from blink.voice.tts import Synthesizer, TtsStage
+from blink.voice.turn import DEFAULT_HANG_S, TurnStage
+from blink.voice.vad import SpeechProbability, VadStage
+
+
+@dataclass(slots=True)
+class VoiceOptions:
+    hang_s: float = DEFAULT_HANG_S
+    partial_every_s: float = 0.6
+    vad_threshold: float = 0.5
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_tokens: int = 128
+    temperature: float = 0.7
+
+
+@dataclass(slots=True)
+class VoiceAgent:
+    """Models loaded once (STT, TTS) and shared; the VAD and the conversation are per session."""
+
+    backend: Backend
+    model: str
+    transcriber: Transcriber
+    synthesizer: Synthesizer
+    vad_factory: Callable[[], SpeechProbability]
+    options: VoiceOptions = field(default_factory=VoiceOptions)
+
+    def pipeline(self) -> Pipeline:
+        o = self.options
+        return Pipeline([
+            VadStage(self.vad_factory(), threshold=o.vad_threshold),
+            TurnStage(hang_s=o.hang_s),
+            SttStage(self.transcriber, partial_every_s=o.partial_every_s),
+            LlmStage(self.backend, self.model, system_prompt=o.system_prompt, max_tokens=o.max_tokens,
+                     temperature=o.temperature),
+            TtsStage(self.synthesizer, ClauseChunker()),
+        ])
