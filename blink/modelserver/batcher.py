@@ -24,6 +24,10 @@ from blink.protocol.errors import BackendTimeoutError, InternalServerError, Over
 
 log = logging.getLogger("blink.modelserver")
 
+# A small model's batch takes milliseconds; a call still running this long after the queue
+# timeout has hung, and its callers get a 504 instead of waiting forever.
+_HUNG_S = 5.0
+
 In = TypeVar("In")
 Out = TypeVar("Out")
 
@@ -73,7 +77,7 @@ class DynamicBatcher(Generic[In, Out]):
         """One output per value, in order; awaits without blocking the event loop."""
         futures = [asyncio.wrap_future(f) for f in self.submit(values)]
         try:
-            async with asyncio.timeout(self.config.timeout_s * 2):  # queueing + one model call
+            async with asyncio.timeout(self.config.timeout_s + _HUNG_S):  # queueing + one model call
                 return list(await asyncio.gather(*futures))
         except TimeoutError:
             raise BackendTimeoutError(f"Model '{self.name}' did not answer in time.") from None
@@ -83,7 +87,7 @@ class DynamicBatcher(Generic[In, Out]):
 
     def run_sync(self, values: Sequence[In]) -> list[Out]:
         """``run`` for callers on plain threads (never call it on the event loop: it blocks)."""
-        return [f.result(timeout=self.config.timeout_s * 2) for f in self.submit(values)]
+        return [f.result(timeout=self.config.timeout_s + _HUNG_S) for f in self.submit(values)]
 
     def queue_depth(self) -> int:
         return self._queue.qsize()
