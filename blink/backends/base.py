@@ -90,6 +90,9 @@ class Delta:
     usage: Usage | None = None
     # OpenAI-shaped tool-call fragments, passed through from upstreams that emit them.
     tool_calls: list[dict[str, Any]] | None = None
+    # The next delta of this stream is already in memory (same upstream read): a writer may hold
+    # this one and send both in one write. Never set when the next one still needs I/O.
+    more: bool = False
 
 
 @dataclass(slots=True)
@@ -114,6 +117,12 @@ class Load:
     spec_acceptance_rate: float | None = None
     # Mean tokens emitted per verifying sequence-step (1 + accepted proposals).
     spec_tokens_per_step: float | None = None
+    # Per priority class ("voice", "interactive", "batch"): queue depth and running requests now,
+    # and (cumulative, for rate()) requests admitted and their summed queue wait in seconds.
+    waiting_by_class: dict[str, int] | None = None
+    running_by_class: dict[str, int] | None = None
+    admitted_by_class: dict[str, int] | None = None
+    queue_wait_s_by_class: dict[str, float] | None = None
 
 
 @dataclass(slots=True)

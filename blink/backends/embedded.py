@@ -34,7 +34,7 @@ from blink.engine.errors import (
     PromptTooLongError,
 )
 from blink.engine.outputs import RequestOutput
-from blink.engine.sampling_params import SamplingParams
+from blink.engine.sampling_params import PRIORITY_RANK, SamplingParams
 from blink.protocol.errors import (
     BackendUnavailableError,
     BlinkError,
@@ -110,6 +110,10 @@ class EmbeddedBackend:
             # Nothing proposed yet (speculation off): report no rate rather than a misleading 0.
             spec_acceptance_rate=st.spec_acceptance_rate if st.spec_proposed_tokens else None,
             spec_tokens_per_step=st.spec_tokens_per_step if st.spec_proposed_tokens else None,
+            waiting_by_class=_by_class(st.waiting_by_class),
+            running_by_class=_by_class(st.running_by_class),
+            admitted_by_class=_by_class(st.admitted_by_class),
+            queue_wait_s_by_class=_by_class(st.queue_wait_s_by_class),
         )
 
     # -- generation -------------------------------------------------------------------------
@@ -129,7 +133,7 @@ class EmbeddedBackend:
             raise InvalidRequestError(f"The messages could not be formatted for this model: {exc}",
                                       param="messages") from exc
 
-    def _params(self, o: SamplingOptions, prompt_len: int, index: int) -> SamplingParams:
+    def _params(self, o: SamplingOptions, prompt_len: int, index: int, priority: str | None = None) -> SamplingParams:
         limits = self.engine.limits
         max_tokens = o.max_tokens
         if max_tokens is None and limits is not None:
@@ -151,12 +155,13 @@ class EmbeddedBackend:
             min_tokens=o.min_tokens,
             ignore_eos=o.ignore_eos,
             speculative=o.speculative,
+            priority=_engine_priority(priority),
         )
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         prompt = self._prompt_ids(req)
         n = max(1, req.options.n)
-        params = [self._params(req.options, len(prompt), i) for i in range(n)]
+        params = [self._params(req.options, len(prompt), i, req.priority) for i in range(n)]
         try:
             for p in params:
                 self.engine.check(prompt, p)
@@ -256,6 +261,15 @@ class EmbeddedBackend:
             top = [(tok.decode([t], skip_special_tokens=False) if tok else str(t), v) for t, v in (lp.top or [])]
             result.append(TokenLogprob(token=text, logprob=lp.logprob, bytes=list(text.encode()), top=top))
         return result
+
+
+def _engine_priority(priority: str | None) -> str:
+    """The gateway's class name -> the engine's; unset and the gateway's ``normal`` are interactive."""
+    return priority if priority in PRIORITY_RANK else "interactive"
+
+
+def _by_class(values: list[Any]) -> dict[str, Any] | None:
+    return dict(zip(PRIORITY_RANK, values, strict=False)) if values else None
 
 
 def _ewma(prev: float | None, value: float) -> float:

@@ -261,6 +261,10 @@ class LLMEngine:
             spec_tokens_per_step=spec.tokens_per_step,
             spec_proposed_tokens=spec.proposed,
             spec_accepted_tokens=spec.accepted,
+            waiting_by_class=self.scheduler.waiting_by_rank(),
+            running_by_class=self.scheduler.running_by_rank(),
+            admitted_by_class=list(self.scheduler.admitted_by_rank),
+            queue_wait_s_by_class=list(self.scheduler.wait_s_by_rank),
         )
 
     # -- convenience for tests and offline use ---------------------------------------------

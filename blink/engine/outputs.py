@@ -44,3 +44,9 @@ class EngineStats(msgspec.Struct):
     spec_tokens_per_step: float = 0.0
     spec_proposed_tokens: int = 0
     spec_accepted_tokens: int = 0
+    # Per priority class (voice, interactive, batch, in PRIORITY_RANK order): queue depth, running
+    # requests, requests admitted so far and their summed queue wait (arrival -> first scheduled).
+    waiting_by_class: list[int] = msgspec.field(default_factory=list)
+    running_by_class: list[int] = msgspec.field(default_factory=list)
+    admitted_by_class: list[int] = msgspec.field(default_factory=list)
+    queue_wait_s_by_class: list[float] = msgspec.field(default_factory=list)

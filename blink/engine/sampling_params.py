@@ -22,6 +22,10 @@ MAX_STOP_STRINGS = 4
 _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
 # Below this a temperature is treated as greedy: dividing logits by it overflows float32 softmax.
 GREEDY_TEMPERATURE = 1e-5
+# Priority classes, most urgent first (rank 0): real-time speech, then chat (the default), then bulk
+# work that only fills capacity the others leave (the scheduler reads the rank).
+PRIORITY_RANK = {"voice": 0, "interactive": 1, "batch": 2}
+BATCH_RANK = PRIORITY_RANK["batch"]
 
 
 @dataclass
@@ -44,6 +48,8 @@ class SamplingParams:
     skip_special_tokens: bool = True
     # False opts this request out of speculative decoding (when the engine has it on).
     speculative: bool = True
+    # Scheduling class: a key of PRIORITY_RANK.
+    priority: str = "interactive"
 
     @property
     def is_greedy(self) -> bool:
@@ -89,6 +95,10 @@ class SamplingParams:
             if not _SEED_MIN <= self.seed <= _SEED_MAX:
                 raise InvalidParameterError("seed must fit in 64 bits", param="seed")
         self._validate_stop()
+        if self.priority not in PRIORITY_RANK:
+            raise InvalidParameterError(
+                f"priority must be one of {', '.join(PRIORITY_RANK)}", param="priority"
+            )
         for flag in ("ignore_eos", "skip_special_tokens", "speculative"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidParameterError(f"{flag} must be a boolean", param=flag)

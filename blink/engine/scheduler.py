@@ -6,10 +6,17 @@ go first so decodes keep flowing while long prompts are chunked; waiting request
 in arrival order while budget, ``max_num_seqs`` and KV blocks allow. When the pool runs out, the
 newest running request is preempted by recompute: its blocks are freed, its progress reset, and
 it goes back to the front of the queue with its generated tokens kept.
+
+Priority classes (``SamplingParams.priority``: voice > interactive > batch): each step serves
+running voice/interactive requests, then admits waiting ones (preempting running batch requests
+when slots or blocks are short), and only then gives what is left of the budget and slots to
+batch requests. So batch work fills spare capacity, is preempted first, and a new interactive
+request is scheduled in the first step after it arrives, as if no batch work were running.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +24,7 @@ from dataclasses import dataclass, field
 from blink.engine.block_manager import BlockManager
 from blink.engine.config import EngineConfig
 from blink.engine.errors import InvalidParameterError, PromptTooLongError
+from blink.engine.sampling_params import BATCH_RANK, PRIORITY_RANK
 from blink.engine.sequence import Sequence, SequenceStatus
 
 # Finish reason for a request that outgrew the whole KV pool: it can never continue, and
@@ -64,6 +72,9 @@ class Scheduler:
         self.running: list[Sequence] = []
         self._requests: dict[str, Sequence] = {}
         self.num_preemptions = 0
+        # Per priority rank: requests admitted for the first time and their summed queue wait.
+        self.admitted_by_rank = [0] * len(PRIORITY_RANK)
+        self.wait_s_by_rank = [0.0] * len(PRIORITY_RANK)
 
     # ----------------------------------------------------------------- queue management
     @property
@@ -73,6 +84,18 @@ class Scheduler:
     @property
     def num_waiting(self) -> int:
         return len(self.waiting)
+
+    def waiting_by_rank(self) -> list[int]:
+        counts = [0] * len(PRIORITY_RANK)
+        for seq in self.waiting:
+            counts[seq.priority_rank] += 1
+        return counts
+
+    def running_by_rank(self) -> list[int]:
+        counts = [0] * len(PRIORITY_RANK)
+        for seq in self.running:
+            counts[seq.priority_rank] += 1
+        return counts
 
     def has_unfinished(self) -> bool:
         return bool(self._requests)
@@ -94,8 +117,26 @@ class Scheduler:
                 param="messages",
             )
         seq.status = SequenceStatus.WAITING
-        self.waiting.append(seq)
+        self._enqueue(seq, front=False)
         self._requests[seq.request_id] = seq
+
+    def _enqueue(self, seq: Sequence, front: bool) -> None:
+        """Keep ``waiting`` ordered by class (most urgent first), FIFO within a class; a preempted
+        request goes to the front of its class. Scans from the end a new arrival usually joins."""
+        rank = seq.priority_rank
+        q = self.waiting
+        if front:
+            i = 0
+            while i < len(q) and q[i].priority_rank < rank:
+                i += 1
+        else:
+            i = len(q)
+            while i > 0 and q[i - 1].priority_rank > rank:
+                i -= 1
+        if i == len(q):
+            q.append(seq)
+        else:
+            q.insert(i, seq)
 
     def abort(self, request_id: str) -> Sequence | None:
         """Finish a request at once (client gone) and free its blocks; None if unknown."""
@@ -124,9 +165,36 @@ class Scheduler:
         scheduled: list[ScheduledSeq] = []
         preempted: list[Sequence] = []
         finished: list[Sequence] = []
+        # Stable: most urgent class first, admission order within a class, so the tail (the
+        # preemption victims) is the newest request of the least urgent class.
+        self.running.sort(key=_rank)
 
-        i = 0
-        while i < len(self.running) and budget > 0:
+        i, budget = self._schedule_running(0, budget, BATCH_RANK, scheduled, preempted, finished)
+        # Admitting while preempting would only thrash: wait for running requests to drain.
+        if not preempted and not finished:
+            i, budget = self._admit(i, scheduled, budget, BATCH_RANK - 1, preempted, finished)
+        i, budget = self._schedule_running(i, budget, len(PRIORITY_RANK), scheduled, preempted, finished)
+        if not preempted and not finished:
+            self._admit(i, scheduled, budget, BATCH_RANK, preempted, finished)
+
+        return SchedulerOutput(
+            scheduled=scheduled,
+            preempted=preempted,
+            num_batched_tokens=sum(s.num_new_tokens + s.num_lookahead for s in scheduled),
+            finished=finished,
+        )
+
+    def _schedule_running(
+        self,
+        i: int,
+        budget: int,
+        below_rank: int,
+        scheduled: list[ScheduledSeq],
+        preempted: list[Sequence],
+        finished: list[Sequence],
+    ) -> tuple[int, int]:
+        """Schedule running requests from index ``i`` while their rank is below ``below_rank``."""
+        while i < len(self.running) and budget > 0 and self.running[i].priority_rank < below_rank:
             seq = self.running[i]
             num_new = self._num_new_tokens(seq, seq.num_computed_tokens, budget, alone=not scheduled)
             if num_new == 0:
@@ -142,17 +210,10 @@ class Scheduler:
                 budget -= num_new
                 i += 1
             # else: seq itself left running (preempted or finished); index i now names the next.
-
-        # Admitting while preempting would only thrash: wait for running requests to drain.
-        if not preempted and not finished:
-            self._admit(scheduled, budget, finished)
-
-        return SchedulerOutput(
-            scheduled=scheduled,
-            preempted=preempted,
-            num_batched_tokens=sum(s.num_new_tokens + s.num_lookahead for s in scheduled),
-            finished=finished,
-        )
+        # Skip what the budget left unscheduled in this class range.
+        while i < len(self.running) and self.running[i].priority_rank < below_rank:
+            i += 1
+        return i, budget
 
     def _reserve_lookahead(self, seq: Sequence, num_new: int, budget: int) -> int:
         """Slots for speculative tokens after a decode token, or 0 (then the plain path runs).
@@ -224,27 +285,64 @@ class Scheduler:
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(seq)
+        self._enqueue(seq, front=True)
         preempted.append(seq)
 
-    def _admit(self, scheduled: list[ScheduledSeq], budget: int, finished: list[Sequence]) -> None:
+    def _admit(
+        self,
+        i: int,
+        scheduled: list[ScheduledSeq],
+        budget: int,
+        max_rank: int,
+        preempted: list[Sequence],
+        finished: list[Sequence],
+    ) -> tuple[int, int]:
+        """Admit waiting requests of rank <= ``max_rank`` in queue order, inserting them into
+        ``running`` at ``i`` (before the requests not yet scheduled this step).
+
+        Urgent requests (rank below batch) may preempt running batch requests for a slot or
+        for blocks; batch requests only take what is free.
+        """
         bm = self.block_manager
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        urgent = max_rank < BATCH_RANK
+        while self.waiting and budget > 0 and self.waiting[0].priority_rank <= max_rank:
             seq = self.waiting[0]
             if bm.blocks_needed(seq.num_tokens) > bm.num_blocks:
                 # A preempted request whose output grew past the pool would block the queue forever.
                 self.finish(seq, POOL_EXHAUSTED_REASON)
                 finished.append(seq)
                 continue
+            if len(self.running) >= self.config.max_num_seqs:
+                if urgent and self._preempt_batch(i, preempted):
+                    continue
+                break
             computed_blocks, num_cached = bm.get_computed_blocks(seq)
             num_new = self._num_new_tokens(seq, num_cached, budget, alone=not scheduled)
-            if num_new == 0 or not bm.allocate_slots(seq, num_new, computed_blocks):
+            if num_new == 0:
+                break
+            if not bm.allocate_slots(seq, num_new, computed_blocks):
+                if urgent and self._preempt_batch(i, preempted):
+                    continue  # blocks freed: look the prefix up again (eviction may have changed it)
                 break
             self.waiting.popleft()
             seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
+            self.running.insert(i, seq)
+            i += 1
             scheduled.append(ScheduledSeq(seq, num_new))
             budget -= num_new
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.monotonic()
+                self.admitted_by_rank[seq.priority_rank] += 1
+                self.wait_s_by_rank[seq.priority_rank] += seq.first_scheduled_time - seq.arrival_time
+        return i, budget
+
+    def _preempt_batch(self, i: int, preempted: list[Sequence]) -> bool:
+        """Preempt the newest running batch request not scheduled this step; False if none."""
+        for j in range(len(self.running) - 1, i - 1, -1):
+            if self.running[j].priority_rank >= BATCH_RANK:
+                self._preempt(self.running.pop(j), preempted)
+                return True
+        return False
 
     def update_after_step(self, output: SchedulerOutput) -> None:
         """Advance progress for the computed tokens and publish newly full blocks to the cache."""
@@ -255,3 +353,7 @@ class Scheduler:
                 continue  # aborted between schedule() and now: its blocks are already gone
             seq.num_computed_tokens += s.num_new_tokens
             bm.cache_full_blocks(seq)
+
+
+def _rank(seq: Sequence) -> int:
+    return seq.priority_rank

@@ -11,7 +11,7 @@ import enum
 import time
 from typing import TYPE_CHECKING
 
-from blink.engine.sampling_params import SamplingParams
+from blink.engine.sampling_params import PRIORITY_RANK, SamplingParams
 
 if TYPE_CHECKING:
     import torch
@@ -53,6 +53,10 @@ class Sequence:
         self.stop_reason: str | int | None = None
         self.generator: torch.Generator | None = None
         self.num_preemptions = 0
+        # Scheduling class (0 = most urgent); unknown names (never validated) count as interactive.
+        self.priority_rank = PRIORITY_RANK.get(params.priority, PRIORITY_RANK["interactive"])
+        # When the scheduler first admitted it (queue-wait metrics); None while never run.
+        self.first_scheduled_time: float | None = None
 
     def __repr__(self) -> str:
         return (

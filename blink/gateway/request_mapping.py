@@ -68,8 +68,9 @@ def completion_request(
     )
 
 
-# Priorities a client may ask for with ``x-blink-priority`` (interactive = the voice/chat lane).
-PRIORITIES = ("interactive", "normal", "batch")
+# Priorities a client may ask for with ``x-blink-priority``, most urgent first (``normal`` is an
+# alias of the default, ``interactive``, kept for existing clients).
+PRIORITIES = ("voice", "interactive", "normal", "batch")
 
 
 def apply_routing_headers(req: GenerationRequest, headers: Mapping[str, str]) -> GenerationRequest:

@@ -4,8 +4,8 @@ A request is admitted at once when a slot is free, else queued — unless the qu
 its predicted TTFT (wait = position x mean service time / slots, plus the tier's recent TTFT)
 passes the request's budget, in which
 case ``try_enter`` says no at once (the caller degrades to another tier or answers 503 +
-retry-after). ``interactive`` requests (voice, chat UIs) queue ahead of ``normal`` ahead of
-``batch``; ``batch`` may use only half the queue so a backlog of bulk work never fills it.
+retry-after). ``voice`` requests queue ahead of ``interactive`` (chat UIs) ahead of ``normal``
+ahead of ``batch``; ``batch`` may use only half the queue so a backlog of bulk work never fills it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-_LANES = ("interactive", "normal", "batch")
+_LANES = ("voice", "interactive", "normal", "batch")
 # EWMA weight of the newest service time (about the last ten requests).
 _ALPHA = 0.1
 
