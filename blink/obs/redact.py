@@ -50,6 +50,11 @@ def _digits_ok(check: Callable[[str], bool]) -> Callable[[str], bool]:
     return lambda text: check(re.sub(r"\D", "", text))
 
 
+def _not_decimal(text: str) -> bool:
+    """3.14159265 has a phone number's digits but is a decimal number."""
+    return re.fullmatch(r"\d+\.\d+", text) is None
+
+
 # Order matters: keys, emails and IBANs first (they contain digits that the number patterns would eat).
 _DETECTORS: tuple[tuple[str, re.Pattern[str], Callable[[str], bool] | None, str], ...] = (
     ("key", re.compile(r"\b(?:sk|pk|rk|api|key)[-_][A-Za-z0-9_\-]{12,}\b"), None, "[KEY]"),
@@ -62,7 +67,7 @@ _DETECTORS: tuple[tuple[str, re.Pattern[str], Callable[[str], bool] | None, str]
     ("card", re.compile(r"(?<!\d[ \-])\b(?:\d[ \-]?){12,18}\d\b(?![ \-]?\d)"), _digits_ok(luhn_ok), "[CARD]"),
     ("ip", re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b"), None, "[IP]"),
     # International or North-American phone numbers with at least 9 digits.
-    ("phone", re.compile(r"(?<![\w(+])(?<!\d[ .\-])(?:\+?\d{1,3}[ .\-]?)?\(?\d{2,4}\)?[ .\-]?\d{3,4}[ .\-]?\d{3,4}\b(?![ .\-]?\d)"), None, "[PHONE]"),
+    ("phone", re.compile(r"(?<![\w(+])(?<!\d[ .\-])(?:\+?\d{1,3}[ .\-]?)?\(?\d{2,4}\)?[ .\-]?\d{3,4}[ .\-]?\d{3,4}\b(?![ .\-]?\d)"), _not_decimal, "[PHONE]"),
 )
 _TAGS = {kind: tag for kind, _, _, tag in _DETECTORS}
 
