@@ -19,6 +19,9 @@ SAMPLE_RATE = 16_000
 @dataclass(slots=True)
 class Frame:
     system: ClassVar[bool] = False
+    # The agent's output (text, audio): dropped from queues when the user interrupts. The
+    # user's own audio and speech events are never dropped.
+    interruptible: ClassVar[bool] = False
     at: float = field(default_factory=time.perf_counter, kw_only=True)
 
 
@@ -71,6 +74,8 @@ class FinalTranscriptFrame(Frame):
 class TextDeltaFrame(Frame):
     """A piece of the agent's answer; ``ttft_s`` is set on the first piece of a response."""
 
+    interruptible: ClassVar[bool] = True
+
     text: str
     ttft_s: float | None = None
 
@@ -78,6 +83,8 @@ class TextDeltaFrame(Frame):
 @dataclass(slots=True)
 class TextEndFrame(Frame):
     """The agent's answer is complete (the TTS flushes its last clause)."""
+
+    interruptible: ClassVar[bool] = True
 
 
 @dataclass(slots=True)
@@ -90,6 +97,8 @@ class ErrorFrame(Frame):
 @dataclass(slots=True)
 class AudioOutFrame(Frame):
     """Synthesised speech: mono PCM16 bytes at ``sample_rate``."""
+
+    interruptible: ClassVar[bool] = True
 
     pcm: bytes
     sample_rate: int = SAMPLE_RATE

@@ -25,8 +25,8 @@ class Stage(Protocol):
 class FrameQueue:
     """A FIFO of data frames with a priority lane for system frames.
 
-    ``put`` of an interrupt drops the data frames still queued: text and audio made for an
-    answer the user just talked over must never reach the speaker. ``close`` ends the
+    ``put`` of an interrupt drops the queued agent output (``interruptible`` frames): text
+    and audio made for an answer the user just talked over must never reach the speaker. ``close`` ends the
     iteration once what is queued has been read.
     """
 
@@ -39,7 +39,7 @@ class FrameQueue:
     def put(self, frame: Frame) -> None:
         if frame.system:
             if isinstance(frame, InterruptFrame):
-                self._data.clear()
+                self._data = deque(f for f in self._data if not f.interruptible)
             self._system.append(frame)
         else:
             self._data.append(frame)
@@ -149,6 +149,8 @@ class _UpstreamEnded(Frame):
 
 class _Posted(Frame):
     """Wraps a frame posted by background work, with the work's generation."""
+
+    interruptible = True
 
     __slots__ = ("frame", "generation")
 

@@ -87,7 +87,21 @@ class WhisperTranscriber:
         max_tokens = min(int(self.TOKENS_PER_S * len(clip) / SAMPLE_RATE) + self.MIN_TOKENS, 440)
         result = self._whisper.model.generate(encoded, [self._prompt], beam_size=1, max_length=max_tokens,
                                               suppress_blank=True)
-        return self._tokenizer.decode(result[0].sequences_ids[0]).strip()
+        return cut_restart(self._tokenizer.decode(result[0].sequences_ids[0]).strip())
+
+
+def cut_restart(text: str, opening_words: int = 3) -> str:
+    """Drop a repeat of the utterance's opening that tiny.en sometimes adds on a window shorter
+    than 30 s ("My favorite color is green. My favorite color is"); people rarely say their
+    first three words twice in one turn."""
+    words = text.split()
+    key = [w.lower().strip(".,!?") for w in words[:opening_words]]
+    if len(key) < opening_words:
+        return text
+    for i in range(1, len(words) - opening_words + 1):
+        if [w.lower().strip(".,!?") for w in words[i:i + opening_words]] == key:
+            return " ".join(words[:i])
+    return text
 
 
 def agreed_prefix(previous: str, current: str) -> str:

@@ -22,7 +22,7 @@ from blink.voice.frames import (
 )
 from blink.voice.llm import LlmStage
 from blink.voice.stage import FrameQueue
-from blink.voice.stt import SttStage, WhisperTranscriber, agreed_prefix
+from blink.voice.stt import SttStage, WhisperTranscriber, agreed_prefix, cut_restart
 from blink.voice.tts import EspeakSynthesizer, TtsStage
 from blink.voice.turn import TurnStage
 from blink.voice.vad import SileroVad, VadStage
@@ -65,12 +65,14 @@ async def test_a_new_turn_interrupts_the_answer_of_the_last_one() -> None:
 
 def test_frame_queue_lets_system_frames_overtake_and_an_interrupt_drops_queued_data() -> None:
     q = FrameQueue()
+    q.put(SpeechStopFrame())
     q.put(TextDeltaFrame(text="a"))
     q.put(AudioOutFrame(pcm=b"\0\0"))
     q.put(EndFrame())
-    assert [type(f) for f in (q._system[0], q._data[0])] == [EndFrame, TextDeltaFrame]
+    assert [type(f) for f in (q._system[0], q._data[0])] == [EndFrame, SpeechStopFrame]
     q.put(InterruptFrame())
-    assert not q._data and [type(f) for f in q._system] == [EndFrame, InterruptFrame]
+    assert [type(f) for f in q._data] == [SpeechStopFrame]  # the user's events stay
+    assert [type(f) for f in q._system] == [EndFrame, InterruptFrame]
 
 
 def test_agreed_prefix_commits_only_words_two_passes_share() -> None:
@@ -129,3 +131,8 @@ async def test_tts_drops_pending_speech_on_a_system_frame(synthesizer: EspeakSyn
     out = await run_stage(TtsStage(synthesizer), [TextDeltaFrame(text="This answer is cut off. " * 5), end()])
     assert type(out[-1]) is end
     assert TextEndFrame not in [type(f) for f in out]
+
+
+def test_a_restarted_utterance_is_cut_at_the_restart() -> None:
+    assert cut_restart("My favorite color is green. My favorite color is") == "My favorite color is green."
+    assert cut_restart("I think that I think so") == "I think that I think so"

@@ -15,9 +15,9 @@ SENTENCES = [
     "We should leave for the airport early tomorrow morning.",
     "How many apples are left in the basket?",
     "My favorite color is green.",
-    "Please turn off the lights in the kitchen.",
+    "Please close the door behind you.",
     "The train to the city leaves at noon.",
-    "I would like a cup of hot coffee.",
+    "Can you call me back later today?",
 ]
 
 # Whisper's window is fed in 32 ms frames, the VAD's native size.
