@@ -1,5 +1,6 @@
 """A real OpenAI-compatible chat upstream that streams the text after ``say:`` in the last user turn,
-one word per SSE chunk (so the safety filter sees a sentence arrive in pieces)."""
+one word per SSE chunk (so the safety filter sees a sentence arrive in pieces). Underscores become
+spaces, so an answer can hold a phrase that the prompt does not (``forbidden_fruit``)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class ScriptedUpstream:
         req = orjson.loads(body)
         self.requests += 1
         last = str(req["messages"][-1]["content"])
-        text = last.split("say:", 1)[1].strip() if "say:" in last else "ok."
+        text = last.split("say:", 1)[1].strip().replace("_", " ") if "say:" in last else "ok."
         words = re.findall(r"\S+\s*", text)
         base = {"id": f"up-{time.time_ns()}", "created": int(time.time()), "model": req.get("model", "fake")}
         usage = {"prompt_tokens": 5, "completion_tokens": len(words), "total_tokens": 5 + len(words)}
