@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 from blink.routing_config import RouteSettings, check_routes
 from blink.safety_config import ModelServerSettings, SafetySettings
+from blink.throughput_config import BatchSettings, CostSettings
 
 DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -235,6 +236,8 @@ class Settings(BaseSettings):
     # Small ONNX models with dynamic batching and the safety filter (blink/safety_config.py).
     model_server: ModelServerSettings = ModelServerSettings()
     safety: SafetySettings = SafetySettings()
+    batch: BatchSettings = BatchSettings()
+    cost: CostSettings = CostSettings()
 
     @model_validator(mode="after")
     def _check_models(self) -> Settings:

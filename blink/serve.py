@@ -12,7 +12,7 @@ from blink.backends.base import Backend
 from blink.backends.openai_http import OpenAIHTTPBackend
 from blink.backends.registry import BackendRegistry
 from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
-from blink.gateway.app import create_app
+from blink.gateway.app import AppService, create_app
 from blink.gateway.front_builder import build_front_factory, build_key_store
 from blink.gateway.resilience.metrics import RouterCollector
 from blink.gateway.router.build import build_routed_backend, default_embedder
@@ -84,6 +84,16 @@ def register_router_metrics(app: FastAPI, settings: Settings) -> None:
         app.state.metrics.registry.register(RouterCollector(routed))
 
 
+def build_services(settings: Settings, registry: BackendRegistry) -> list[AppService]:
+    """Endpoint groups with their own lifecycle: the Batch API when enabled."""
+    if not settings.batch.enabled:
+        return []
+    from blink.gateway.batch.service import build_batch_service
+
+    return [build_batch_service(settings.batch, registry, settings.server.max_tokens_limit,
+                                settings.server.request_timeout_s)]
+
+
 def build_app(settings: Settings) -> FastAPI:
     models = build_model_server(settings)
     encoder = EncoderClient(models.get(settings.cache.semantic.model, "encoder")) if models and needs_encoder(settings) else None
@@ -92,14 +102,16 @@ def build_app(settings: Settings) -> FastAPI:
     if models is not None or settings.safety.enabled:
         moderation = build_pipeline(settings.safety, models)
         models_router = build_models_router(models or ModelServer(), moderation, settings.model_server.max_inputs)
+    registry = build_registry(settings, encoder)
     app = create_app(
-        build_registry(settings, encoder),
+        registry,
         settings.server,
         front=build_front_factory(settings, encoder, safety),
         key_store=build_key_store(settings),
         obs_settings=settings.obs,
         model_server=models,
         models_router=models_router,
+        services=build_services(settings, registry),
     )
     register_router_metrics(app, settings)
     if models is not None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 from fastapi import APIRouter, FastAPI
 
@@ -21,6 +22,18 @@ from blink.obs.middleware import ObservabilityMiddleware
 from blink.obs.setup import build_observability
 
 
+class AppService(Protocol):
+    """Extra endpoints with their own lifecycle (the Batch API): started after the backends."""
+
+    router: APIRouter
+    # Per-path request body limits that replace the server's (file uploads).
+    body_limits: dict[str, int]
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
 def create_app(
     registry: BackendRegistry,
     server_settings: ServerSettings,
@@ -29,6 +42,7 @@ def create_app(
     obs_settings: ObsSettings | None = None,
     model_server: ModelServer | None = None,
     models_router: APIRouter | None = None,
+    services: Sequence[AppService] = (),
 ) -> FastAPI:
     """An ASGI app serving ``registry``'s models; backends start in its lifespan.
 
@@ -43,9 +57,13 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await registry.start_all()
         await gateway_front.start()
+        for service in services:
+            await service.start()
         try:
             yield
         finally:
+            for service in reversed(services):
+                await service.aclose()
             await gateway_front.aclose()
             await registry.aclose_all()
             if model_server is not None:
@@ -58,11 +76,14 @@ def create_app(
     app.state.obs = obs
     app.state.front = gateway_front
     app.include_router(build_router(registry, server_settings, metrics, gateway_front))
+    for service in services:
+        app.include_router(service.router)
     if models_router is not None:  # /v1/embeddings, /v1/classify, /v1/moderations (routes_models.py)
         app.include_router(models_router)
     # Added innermost first: requests pass the catch-all, then the body limit, then concurrency.
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent=server_settings.max_concurrent_streams)
-    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=server_settings.max_body_bytes)
+    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=server_settings.max_body_bytes,
+                       path_limits={p: n for s in services for p, n in s.body_limits.items()})
     if key_store is not None:  # outermost: unauthenticated requests take no concurrency slot
         app.add_middleware(AuthMiddleware, store=key_store)
     install_error_handlers(app)

@@ -23,15 +23,17 @@ def _too_large(limit: int) -> RequestTooLargeError:
 
 
 class BodySizeLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, path_limits: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        # Paths with their own limit (file uploads); every other path gets ``max_body_bytes``.
+        self.path_limits = path_limits or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_body_bytes
+        limit = self.path_limits.get(scope["path"], self.max_body_bytes)
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if not value.isdigit() or int(value) > limit:

@@ -1,0 +1,1 @@
+"""OpenAI Batch API: uploaded JSONL files run line by line at priority ``batch``, persisted."""

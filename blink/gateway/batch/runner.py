@@ -1,0 +1,151 @@
+"""Drives persisted batches to completion in the background, one batch at a time, in order.
+
+On start it resumes whatever the store says is unfinished (a restart after a crash runs only
+the lines not yet marked done). Lines run ``max_concurrency`` at a time; the engine scheduler,
+not this runner, keeps them out of interactive traffic's way (they carry priority ``batch``).
+A cancel stops new lines, drops those in flight, and finalizes with what finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+
+import orjson
+
+from blink.gateway.batch.executor import LineExecutor
+from blink.gateway.batch.jsonl import output_line
+from blink.gateway.batch.store import BatchRecord, BatchStore, FileRecord, PendingLine
+
+log = logging.getLogger("blink.gateway.batch")
+
+# Lines fetched from the store per query: a few rounds of the default concurrency.
+_PAGE = 256
+# How often an idle runner looks for work it was not told about (another replica's jobs).
+_IDLE_POLL_S = 2.0
+
+
+class BatchRunner:
+    def __init__(self, store: BatchStore, execute: LineExecutor, max_concurrency: int) -> None:
+        self._store = store
+        self._execute = execute
+        self._max_concurrency = max_concurrency
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._cancelled: set[str] = set()
+        self._inflight: dict[str, set[asyncio.Task[None]]] = {}
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="blink-batch-runner")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def notify(self) -> None:
+        """A batch was created: look for work now rather than at the next poll."""
+        self._wake.set()
+
+    def cancel(self, batch_id: str) -> None:
+        """Stop a running batch's lines now (the status is already ``cancelling`` in the store)."""
+        self._cancelled.add(batch_id)
+        for task in self._inflight.get(batch_id, ()):
+            task.cancel()
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                batches = await self._store.active_batches()
+                for batch in batches:
+                    await self._run(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("batch runner iteration failed; retrying")
+                batches = []
+            if not batches:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_IDLE_POLL_S):
+                        await self._wake.wait()
+
+    async def _run(self, batch: BatchRecord) -> None:
+        if batch.status == "validating":
+            await self._store.set_status(batch.id, "in_progress", "in_progress_at", only_from=("validating",))
+            batch.status = "in_progress"
+        if batch.status == "in_progress" and batch.id not in self._cancelled:
+            await self._run_lines(batch)
+        if batch.id in self._cancelled or batch.status == "cancelling":
+            await self._finalize(batch.id, "cancelled", "cancelled_at")
+        else:
+            current = await self._store.get_batch(batch.id)
+            if current is not None and current.status == "cancelling":
+                await self._finalize(batch.id, "cancelled", "cancelled_at")
+            else:
+                await self._store.set_status(batch.id, "finalizing", "finalizing_at", only_from=("in_progress",))
+                await self._finalize(batch.id, "completed", "completed_at")
+        self._cancelled.discard(batch.id)
+
+    async def _run_lines(self, batch: BatchRecord) -> None:
+        slots = asyncio.Semaphore(self._max_concurrency)
+        tasks: set[asyncio.Task[None]] = set()
+        self._inflight[batch.id] = tasks
+        last = -1
+        try:
+            while batch.id not in self._cancelled:
+                page = await self._store.pending_lines(batch.id, _PAGE, last)
+                if not page:
+                    break
+                for line in page:
+                    await slots.acquire()
+                    if batch.id in self._cancelled:
+                        slots.release()
+                        break
+                    task = asyncio.create_task(self._one(batch, line, slots))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                    last = line.index
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            for task in tasks:
+                task.cancel()
+            self._inflight.pop(batch.id, None)
+
+    async def _one(self, batch: BatchRecord, line: PendingLine, slots: asyncio.Semaphore) -> None:
+        try:
+            res = await self._execute(line.body, batch.endpoint, batch.key_id)
+            result = output_line(line.custom_id, res.status, res.request_id, res.body)
+            await self._store.complete_line(batch.id, line.index, result, is_error=res.status != 200)
+        finally:
+            slots.release()
+
+    async def _finalize(self, batch_id: str, status: str, stamp: str) -> None:
+        """Write the output and error files (lines in input order) and the final status."""
+        outputs: dict[str, tuple[FileRecord, bytes] | None] = {}
+        for col, is_error, suffix in (("output_file_id", False, "output"), ("error_file_id", True, "error")):
+            lines = await self._store.finished_lines(batch_id, is_error)
+            if not lines:
+                outputs[col] = None
+                continue
+            content = b"\n".join(_normalize(x) for x in lines) + b"\n"
+            rec = FileRecord(new_file_id(), f"batch_{suffix}", f"{batch_id}_{suffix}.jsonl", len(content),
+                             int(time.time()))
+            outputs[col] = (rec, content)
+        await self._store.finalize(batch_id, status, stamp, outputs)
+
+
+def _normalize(line: bytes) -> bytes:
+    """Stored results are compact JSON already; re-dumping guards against driver quirks."""
+    return orjson.dumps(orjson.loads(line))
+
+
+def new_file_id() -> str:
+    return f"file-{uuid.uuid4().hex[:24]}"

@@ -1,0 +1,50 @@
+"""Settings of the throughput lane: the Batch API's job store and runner, and cost accounting.
+
+Kept out of ``config.py`` (which only adds the two sections) so the lane's knobs live together.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class BatchSettings(BaseModel):
+    """``/v1/files`` + ``/v1/batches``: jobs persist in SQLite (default) or PostgreSQL."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    store: Literal["sqlite", "postgres"] = "sqlite"
+    path: str = "~/.blink/batch.db"
+    postgres_dsn: str | None = None
+    # Lines in flight at once: enough to keep spare engine slots full (the default engine runs
+    # 64 sequences per step); the scheduler, not this number, keeps batch work out of the way.
+    max_concurrency: int = Field(64, ge=1)
+    # OpenAI's Batch API caps a file at 200 MB and 50,000 requests.
+    max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
+    max_lines: int = Field(50_000, ge=1)
+
+
+class ModelPrice(BaseModel):
+    """USD per 1M tokens, as providers publish them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(0.0, ge=0.0)
+    output: float = Field(0.0, ge=0.0)
+    # Prompt tokens served from the prefix/prompt cache; None = billed at the input price.
+    cached_input: float | None = Field(None, ge=0.0)
+
+
+class CostSettings(BaseModel):
+    """Prices per model, per-key spend counters and optional monthly budgets."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
+    # Where spend counters persist (SQLite, WAL); "" keeps them in memory only.
+    path: str = "~/.blink/usage.db"
+    # Monthly budget in USD per key id ("*" = every key without its own entry); absent = none.
+    budgets: dict[str, float] = Field(default_factory=dict)
