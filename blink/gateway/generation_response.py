@@ -127,20 +127,23 @@ class GenerationResponse(Response):
         enc = ChunkEncoder(req.kind, req.request_id, req.model, int(time.time()), self._include_usage)
         usage: Usage | None = None
         agg = ResponseAggregator(req.kind, req.options.n, False) if self._on_complete is not None else None
+        # Deltas already in memory together (``Delta.more``) go out in one write: one syscall
+        # and one pass through the ASGI send chain instead of one per token.
+        pending: list[bytes] = []
         try:
             if first is not None:
-                usage = await _emit(enc, first, send, usage, agg)
+                usage = await _emit(enc, first, send, usage, agg, pending)
                 async for delta in it:
-                    usage = await _emit(enc, delta, send, usage, agg)
+                    usage = await _emit(enc, delta, send, usage, agg, pending)
         except BlinkError as err:
-            await self._fail(send, err)
+            await self._fail(send, err, pending)
             return
         except Exception:
             log.exception("backend %s failed mid-stream", self._backend.name)
-            await self._fail(send, InternalServerError("The backend failed mid-stream."))
+            await self._fail(send, InternalServerError("The backend failed mid-stream."), pending)
             return
-        tail = enc.usage(usage) + DONE if self._include_usage else DONE
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        pending.append(enc.usage(usage) + DONE if self._include_usage else DONE)
+        await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
         if agg is not None and self._on_complete is not None:
             self._on_complete(agg)
 
@@ -215,11 +218,12 @@ class GenerationResponse(Response):
             headers.append((b"content-length", str(length).encode()))
         return {"type": "http.response.start", "status": 200, "headers": headers}
 
-    async def _fail(self, send: Send, err: BlinkError) -> None:
+    async def _fail(self, send: Send, err: BlinkError, pending: list[bytes] | None = None) -> None:
         self._status = err.status
         record_error(err.status, err.type)
         if self._started:
-            await send({"type": "http.response.body", "body": error_event(err), "more_body": False})
+            body = b"".join(pending) + error_event(err) if pending else error_event(err)
+            await send({"type": "http.response.body", "body": body, "more_body": False})
             return
         self._started = True
         for message in error_messages(err):
@@ -227,13 +231,23 @@ class GenerationResponse(Response):
 
 
 async def _emit(
-    enc: ChunkEncoder, delta: Delta, send: Send, usage: Usage | None, agg: ResponseAggregator | None = None
+    enc: ChunkEncoder,
+    delta: Delta,
+    send: Send,
+    usage: Usage | None,
+    agg: ResponseAggregator | None,
+    pending: list[bytes],
 ) -> Usage | None:
+    """Encode ``delta`` into ``pending``; write ``pending`` unless the next delta is already here."""
     if agg is not None:
         agg.add(delta)
     chunk = enc.encode(delta)
     if chunk is not None:
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        pending.append(chunk)
+    if pending and not delta.more:
+        body = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        await send({"type": "http.response.body", "body": body, "more_body": True})
     return delta.usage if delta.usage is not None else usage
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 from live_server import LiveServer
@@ -139,3 +139,54 @@ async def test_health_and_models(up: FakeUpstream) -> None:
     assert (await b.health()).ok
     assert [c.id for c in b.models()] == ["b"]
     await b.aclose()
+
+
+def _one_write_upstream(events: list[bytes]) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A raw HTTP/1.1 upstream that sends its whole SSE response in a single socket write."""
+    body = b"".join(b"data: " + e + b"\n\n" for e in events)
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head + body)
+        await writer.drain()
+        writer.close()
+
+    return handle
+
+
+def _event(text: str, finish: str | None = None) -> bytes:
+    return b'{"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":%s}]}' % (
+        text.encode(),
+        b'"%s"' % finish.encode() if finish else b"null",
+    )
+
+
+async def test_deltas_of_one_read_are_marked_for_one_write() -> None:
+    """Every delta but the last of a read says ``more``: the gateway writes them together."""
+    events = [_event(" a"), _event(" b"), _event(" c", "stop"), b"[DONE]"]
+    server = await asyncio.start_server(_one_write_upstream(events), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{port}/v1")
+    try:
+        deltas = await collect(b, chat())
+    finally:
+        await b.aclose()
+        server.close()
+    assert [(d.text, d.more) for d in deltas] == [(" a", True), (" b", True), (" c", False)]
+
+
+async def test_a_bad_event_after_good_ones_still_delivers_the_good_ones() -> None:
+    events = [_event(" a"), _event(" b"), b"{not json", _event(" c", "stop")]
+    server = await asyncio.start_server(_one_write_upstream(events), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{port}/v1")
+    got: list[Delta] = []
+    try:
+        with pytest.raises(UpstreamError, match="unparseable"):
+            async for d in b.stream(chat()):
+                got.append(d)
+    finally:
+        await b.aclose()
+        server.close()
+    assert [(d.text, d.more) for d in got] == [(" a", True), (" b", False)]
