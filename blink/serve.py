@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from typing import cast
 
 from fastapi import FastAPI
@@ -13,6 +14,8 @@ from blink.backends.openai_http import OpenAIHTTPBackend
 from blink.backends.registry import BackendRegistry
 from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
 from blink.gateway.app import AppService, create_app
+from blink.gateway.cost_tracker import CostTracker, build_cost_tracker
+from blink.gateway.front import ANONYMOUS_KEY, GatewayFront
 from blink.gateway.front_builder import build_front_factory, build_key_store
 from blink.gateway.resilience.metrics import RouterCollector
 from blink.gateway.router.build import build_routed_backend, default_embedder
@@ -24,6 +27,7 @@ from blink.modelserver.build import build_model_server, needs_encoder
 from blink.modelserver.clients import EncoderClient
 from blink.modelserver.metrics import ModelServerCollector
 from blink.modelserver.server import ModelServer
+from blink.obs.metrics import GatewayMetrics
 from blink.routing_config import ClassifierSettings
 
 
@@ -84,14 +88,29 @@ def register_router_metrics(app: FastAPI, settings: Settings) -> None:
         app.state.metrics.registry.register(RouterCollector(routed))
 
 
-def build_services(settings: Settings, registry: BackendRegistry) -> list[AppService]:
-    """Endpoint groups with their own lifecycle: the Batch API when enabled."""
-    if not settings.batch.enabled:
-        return []
-    from blink.gateway.batch.service import build_batch_service
+def build_services(settings: Settings, registry: BackendRegistry, cost: CostTracker | None = None) -> list[AppService]:
+    """Endpoint groups with their own lifecycle: cost accounting's ledger, the Batch API when enabled."""
+    services: list[AppService] = [cost] if cost is not None else []
+    if settings.batch.enabled:
+        from blink.gateway.batch.service import build_batch_service
 
-    return [build_batch_service(settings.batch, registry, settings.server.max_tokens_limit,
-                                settings.server.request_timeout_s)]
+        on_usage = None if cost is None else (lambda key, model, usage: cost.charge(key or ANONYMOUS_KEY, model, usage))
+        services.append(build_batch_service(settings.batch, registry, settings.server.max_tokens_limit,
+                                            settings.server.request_timeout_s, on_usage))
+    return services
+
+
+def _with_cost(
+    factory: Callable[[GatewayMetrics], GatewayFront], cost: CostTracker | None
+) -> Callable[[GatewayMetrics], GatewayFront]:
+    """The front with cost accounting (budgets, x-blink-cost-usd, spend counters) when configured."""
+
+    def build(metrics: GatewayMetrics) -> GatewayFront:
+        front = factory(metrics)
+        front.cost = cost
+        return front
+
+    return build
 
 
 def build_app(settings: Settings) -> FastAPI:
@@ -103,15 +122,16 @@ def build_app(settings: Settings) -> FastAPI:
         moderation = build_pipeline(settings.safety, models)
         models_router = build_models_router(models or ModelServer(), moderation, settings.model_server.max_inputs)
     registry = build_registry(settings, encoder)
+    cost = build_cost_tracker(settings.cost)
     app = create_app(
         registry,
         settings.server,
-        front=build_front_factory(settings, encoder, safety),
+        front=_with_cost(build_front_factory(settings, encoder, safety), cost),
         key_store=build_key_store(settings),
         obs_settings=settings.obs,
         model_server=models,
         models_router=models_router,
-        services=build_services(settings, registry),
+        services=build_services(settings, registry, cost),
     )
     register_router_metrics(app, settings)
     if models is not None:

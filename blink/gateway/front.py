@@ -17,11 +17,12 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
-from blink.backends.base import Backend, GenerationRequest
+from blink.backends.base import Backend, GenerationRequest, Usage
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, check_model_allowed
 from blink.gateway.cache.replay import CachedReplayResponse
 from blink.gateway.cache.stage import CacheDirectives, CacheLookup, ResponseCache
+from blink.gateway.cost_tracker import CostTracker
 from blink.gateway.ratelimit import RateLimiter, RateLimitTicket
 from blink.gateway.safety.stage import SafetyStage
 from blink.obs import annotate, stage
@@ -44,11 +45,16 @@ class Admission:
 
 class GatewayFront:
     def __init__(
-        self, cache: ResponseCache | None = None, limiter: RateLimiter | None = None, safety: SafetyStage | None = None
+        self,
+        cache: ResponseCache | None = None,
+        limiter: RateLimiter | None = None,
+        safety: SafetyStage | None = None,
+        cost: CostTracker | None = None,
     ) -> None:
         self.cache = cache
         self.limiter = limiter
         self.safety = safety
+        self.cost = cost
 
     async def start(self) -> None:
         if self.cache is not None:
@@ -73,6 +79,8 @@ class GatewayFront:
         adm = Admission(key, key.tenant if key else DEFAULT_TENANT, model, directives)
         if key is not None:
             annotate(key_id=key.key_id)
+        if self.cost is not None:  # a spent monthly budget: 429 budget_exceeded, before the rate limit
+            self.cost.check(_key_id(adm))
         if self.limiter is not None:
             with stage("ratelimit"):
                 rpm, tpm = (key.requests_per_minute, key.tokens_per_minute) if key else (0, 0)
@@ -92,6 +100,9 @@ class GatewayFront:
         adm.headers += adm.cache.headers()
         if adm.cache.entry is None:
             return None
+        if self.cost is not None:  # a hit costs nothing; what the backend would have cost is a saving
+            adm.headers += self.cost.cache_hit(_key_id(adm), adm.model, adm.cache.entry.prompt_tokens,
+                                               adm.cache.entry.completion_tokens)
         return CachedReplayResponse(req, adm.cache.entry, stream=stream, include_usage=include_usage, headers=adm.headers)
 
     def guard(self, backend: Backend, model: str) -> Backend:
@@ -103,7 +114,8 @@ class GatewayFront:
         fill = self.cache is not None and adm.cache is not None and adm.cache.fill
         charge = adm.ticket is not None and bool(adm.ticket.token_limits)
         safety = self.safety if req is not None else None
-        if not (fill or charge or safety):
+        cost = self.cost
+        if not (fill or charge or safety or cost):
             return None
 
         def done(agg: ResponseAggregator) -> None:
@@ -114,8 +126,17 @@ class GatewayFront:
                 self.cache.schedule_fill(adm.cache, agg.render("", adm.model, 0))
             if charge and self.limiter is not None and adm.ticket is not None and agg.usage is not None:
                 self.limiter.charge_tokens(adm.ticket, agg.usage.total_tokens)
+            if cost is not None:
+                cost.charge(_key_id(adm), adm.model, agg.usage)
 
         return done
+
+    def usage_headers(self, adm: Admission) -> Callable[[Usage | None], list[tuple[bytes, bytes]]] | None:
+        """Headers computed from a whole response's usage (``x-blink-cost-usd``), or None."""
+        cost = self.cost
+        if cost is None:
+            return None
+        return lambda usage: cost.header(adm.model, usage)
 
     def _filler(self, adm: Admission, rendered: dict[str, Any]) -> Callable[[], None]:
         def fill() -> None:
@@ -133,3 +154,7 @@ class GatewayFront:
             await self.cache.drain()
         if self.limiter is not None:
             await self.limiter.drain()
+
+
+def _key_id(adm: Admission) -> str:
+    return adm.key.key_id if adm.key is not None else ANONYMOUS_KEY

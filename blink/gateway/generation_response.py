@@ -48,6 +48,7 @@ class GenerationResponse(Response):
         timeout_s: float | None,
         on_complete: Callable[[ResponseAggregator], None] | None = None,
         extra_headers: list[tuple[bytes, bytes]] | None = None,
+        usage_headers: Callable[[Usage | None], list[tuple[bytes, bytes]]] | None = None,
         keepalive_s: float | None = _KEEPALIVE_S,
     ) -> None:
         super().__init__()
@@ -58,6 +59,8 @@ class GenerationResponse(Response):
         # counting); it must only schedule work, never block the stream.
         self._on_complete = on_complete
         self._extra_headers = extra_headers or []
+        # Headers that need the whole response's usage (cost): sent only on non-streamed responses.
+        self._usage_headers = usage_headers
         self._backend = backend
         self._req = req
         self._stream = stream
@@ -193,6 +196,8 @@ class GenerationResponse(Response):
             await self._fail(send, InternalServerError("The backend failed."))
             return
         body = orjson.dumps(agg.render(req.request_id, req.model, int(time.time())))
+        if self._usage_headers is not None:
+            self._extra_headers = self._extra_headers + self._usage_headers(agg.usage)
         await send(self._start_message(b"application/json", ttft, len(body)))
         await send({"type": "http.response.body", "body": body, "more_body": False})
         if self._on_complete is not None:

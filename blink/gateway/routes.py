@@ -65,6 +65,7 @@ def build_router(
             timeout_s=settings.request_timeout_s,
             on_complete=front.on_complete(admission, req),
             extra_headers=admission.headers,
+            usage_headers=front.usage_headers(admission),
         )
 
     @router.post("/v1/chat/completions")

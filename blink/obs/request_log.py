@@ -57,6 +57,8 @@ class RequestLogger:
             "completion_tokens": t.completion_tokens,
             "tokens_per_s": None if t.tokens_per_s is None else round(t.tokens_per_s, 2),
             "finish_reason": t.finish_reason,
+            # Set by cost accounting when prices are configured (USD, 0 for a cache hit).
+            "cost_usd": float(t.attributes["cost_usd"]) if "cost_usd" in t.attributes else None,
             "stages_ms": {s.name: _ms(s.seconds) for s in t.stages},
         }
         if self.log_prompts:
