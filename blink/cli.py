@@ -12,14 +12,18 @@ import typer
 
 from blink.bench.command import bench
 from blink.config import ConfigError, load_settings
+from blink.gateway.batch.cli import batch_app
 from blink.gateway.cli_cache import cache_app
 from blink.gateway.cli_keys import keys_app
+from blink.gateway.cost_cli import usage
 
 app = typer.Typer(help="Blink: a real-time, OpenAI-compatible LLM inference server.", no_args_is_help=True)
 models_app = typer.Typer(help="List or download models.", no_args_is_help=True)
 app.add_typer(models_app, name="models")
 app.add_typer(keys_app, name="keys")
 app.add_typer(cache_app, name="cache")
+app.add_typer(batch_app, name="batch")
+app.command()(usage)
 app.command()(bench)
 
 _DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
