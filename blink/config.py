@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 from blink.routing_config import RouteSettings, check_routes
 from blink.safety_config import ModelServerSettings, SafetySettings
+from blink.scaleout_config import DiscoverySettings, VllmSettings
 from blink.throughput_config import BatchSettings, CostSettings
 
 DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -84,7 +85,7 @@ class ModelSettings(BaseModel):
 
     # The id clients put in ``model``; defaults to ``upstream_model`` or ``model``.
     name: str = ""
-    kind: Literal["embedded", "openai_http"] = "embedded"
+    kind: Literal["embedded", "openai_http", "vllm"] = "embedded"
     # embedded: Hugging Face id or local folder.
     model: str | None = None
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
@@ -113,6 +114,9 @@ class ModelSettings(BaseModel):
     connect_timeout_s: float = Field(5.0, gt=0)
     read_timeout_s: float = Field(300.0, gt=0)
     max_connections: int = Field(256, ge=1)
+    # openai_http: more replicas (static or DNS) and health checks; vllm: the local process.
+    discovery: DiscoverySettings = DiscoverySettings()
+    vllm: VllmSettings = VllmSettings()
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> ModelSettings:
@@ -120,6 +124,8 @@ class ModelSettings(BaseModel):
             self.model = DEFAULT_EMBEDDED_MODEL
         if self.kind == "openai_http" and not self.base_url:
             raise ValueError("an openai_http model needs 'base_url'")
+        if self.kind == "vllm" and not self.model:
+            raise ValueError("a vllm model needs 'model' (what `vllm serve` loads)")
         if not self.name:
             self.name = self.upstream_model or self.model or "default"
         return self
@@ -133,6 +139,8 @@ class AuthSettings(BaseModel):
     enabled: bool = False
     # SQLite file holding hashed keys; managed with ``blink keys create|list|revoke``.
     keys_db: str = "~/.blink/keys.db"
+    # Keys in PostgreSQL instead (shared by every gateway replica); the CLI manages them there too.
+    postgres_dsn: str | None = None
 
 
 class ModelRateLimit(BaseModel):
@@ -155,6 +163,10 @@ class RateLimitSettings(BaseModel):
     tokens_per_minute: int = Field(0, ge=0)
     # Limits on a model across all keys, by served model name.
     models: dict[str, ModelRateLimit] = Field(default_factory=dict)
+    # When the storage (Redis) errs or is slower than timeout_s: admit (true) or refuse with 503.
+    # 100 ms: an admission is ~5 Redis round trips (test, hit, window stats per limit).
+    fail_open: bool = True
+    timeout_s: float = Field(0.1, gt=0)
 
 
 class SemanticCacheSettings(BaseModel):
@@ -188,9 +200,14 @@ class CacheSettings(BaseModel):
 
     exact: ExactCacheSettings = ExactCacheSettings()
     semantic: SemanticCacheSettings = SemanticCacheSettings()
-    store: Literal["sqlite", "memory", "postgres"] = "sqlite"
+    # redis: exact entries in Redis, vectors in PostgreSQL when postgres_dsn is also set.
+    store: Literal["sqlite", "memory", "postgres", "redis"] = "sqlite"
     path: str = "~/.blink/cache.db"
     postgres_dsn: str | None = None
+    redis_url: str | None = None
+    # A shared store's lookup is skipped after this (50 ms: a Redis GET is ~0.2 ms on a LAN;
+    # past 50 ms the backend's own TTFT is near), and the store sits out a second after an error.
+    store_timeout_s: float = Field(0.05, gt=0)
     # A day: long enough for repeated questions, short enough that stale answers age out.
     ttl_s: float = Field(86_400.0, gt=0)
     max_entries: int = Field(100_000, ge=1)

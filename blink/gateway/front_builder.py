@@ -13,6 +13,7 @@ from blink.gateway.cache.store import CacheStore
 from blink.gateway.front import GatewayFront
 from blink.gateway.ratelimit import RateLimiter
 from blink.gateway.safety.stage import SafetyStage
+from blink.gateway.store_errors import StoreErrorRelay, StoreErrorSink
 from blink.modelserver.clients import EncoderClient
 from blink.obs.metrics import GatewayMetrics
 
@@ -21,8 +22,25 @@ def build_key_store(settings: Settings) -> ApiKeyStore | None:
     return ApiKeyStore(settings.auth.keys_db) if settings.auth.enabled else None
 
 
-def build_cache_store(cache: CacheSettings, dim: int = 384) -> CacheStore:
-    """``dim``: the embedder's output size (all-MiniLM-L6-v2: 384), for stores that fix it."""
+def build_cache_store(cache: CacheSettings, dim: int = 384, errors: StoreErrorSink | None = None) -> CacheStore:
+    """``dim``: the embedder's output size (all-MiniLM-L6-v2: 384), for stores that fix it.
+    Shared stores (Redis, PostgreSQL) are wrapped so that one down or slow is skipped, never waited on."""
+    from blink.gateway.cache.stores.fail_soft import FailSoftStore
+
+    if cache.store == "redis":
+        from blink.gateway.cache.stores.redis import RedisCacheStore
+        from blink.gateway.cache.stores.tiered import TieredCacheStore
+
+        if not cache.redis_url:
+            raise ValueError("cache.store 'redis' needs cache.redis_url")
+        redis = RedisCacheStore(cache.redis_url, max_entries=cache.max_entries, timeout_s=cache.store_timeout_s)
+        exact = FailSoftStore(redis, "redis_cache", errors, timeout_s=cache.store_timeout_s)
+        if not cache.postgres_dsn:
+            return exact
+        from blink.gateway.cache.stores.postgres import PostgresCacheStore
+
+        vectors = PostgresCacheStore(cache.postgres_dsn, max_entries=cache.max_entries, dim=dim)
+        return TieredCacheStore(exact, FailSoftStore(vectors, "postgres_cache", errors, timeout_s=cache.store_timeout_s))
     if cache.store == "memory":
         from blink.gateway.cache.stores.memory import MemoryCacheStore
 
@@ -32,7 +50,8 @@ def build_cache_store(cache: CacheSettings, dim: int = 384) -> CacheStore:
 
         if not cache.postgres_dsn:
             raise ValueError("cache.store 'postgres' needs cache.postgres_dsn")
-        return PostgresCacheStore(cache.postgres_dsn, max_entries=cache.max_entries, dim=dim)
+        pg = PostgresCacheStore(cache.postgres_dsn, max_entries=cache.max_entries, dim=dim)
+        return FailSoftStore(pg, "postgres_cache", errors, timeout_s=cache.store_timeout_s)
     from blink.gateway.cache.stores.sqlite import SQLiteCacheStore
 
     return SQLiteCacheStore(Path(cache.path).expanduser(), max_entries=cache.max_entries)
@@ -47,24 +66,28 @@ def build_matcher(cache: CacheSettings, encoder: EncoderClient | None = None) ->
     return GuardedMatcher.from_settings(cache.semantic)
 
 
-def build_response_cache(cache: CacheSettings, encoder: EncoderClient | None = None) -> ResponseCache | None:
+def build_response_cache(
+    cache: CacheSettings, encoder: EncoderClient | None = None, errors: StoreErrorSink | None = None
+) -> ResponseCache | None:
     if not (cache.exact.enabled or cache.semantic.enabled):
         return None
     matcher = build_matcher(cache, encoder) if cache.semantic.enabled else None
     dim = matcher.embedder.dim if matcher is not None else 384
-    return ResponseCache(build_cache_store(cache, dim), cache, matcher)
+    return ResponseCache(build_cache_store(cache, dim, errors), cache, matcher)
 
 
 def build_front_factory(
     settings: Settings, encoder: EncoderClient | None = None, safety: SafetyStage | None = None
 ) -> Callable[[GatewayMetrics], GatewayFront]:
-    cache = build_response_cache(settings.cache, encoder)
+    errors = StoreErrorRelay()  # shared-store failures, counted once the app's metrics exist
+    cache = build_response_cache(settings.cache, encoder, errors)
     limits = settings.ratelimit
     # Keys carry their own limits, so with API keys on the limiter is always consulted.
     wanted = settings.auth.enabled or limits.requests_per_minute or limits.tokens_per_minute or limits.models
-    limiter = RateLimiter(limits) if wanted else None
+    limiter = RateLimiter(limits, errors) if wanted else None
 
     def factory(metrics: GatewayMetrics) -> GatewayFront:
+        errors.bind(metrics)
         return GatewayFront(cache, limiter, safety)
 
     return factory

@@ -1,7 +1,10 @@
 """Requests/minute and tokens/minute per API key and per model, moving window (``limits``).
 
 Storage is in-process (``memory://``) by default, or Redis (``redis://``) so several gateway
-replicas share one count. Request limits are checked and counted before the backend is
+replicas share one count. With Redis, every admission is bounded by ``timeout_s``; when Redis
+errs or is slower, the request is admitted (``fail_open``, the default) or refused with 503, the
+error is counted in ``blink_store_errors_total{store="ratelimit"}``, and the storage sits out a
+second before it is tried again. Request limits are checked and counted before the backend is
 called; token limits are checked before (a key already over its budget is refused) and
 counted after the response, with the real prompt + completion tokens.
 """
@@ -19,9 +22,13 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
 
 from blink.config import RateLimitSettings
-from blink.protocol.errors import RateLimitError
+from blink.gateway.store_errors import StoreErrorSink
+from blink.protocol.errors import OverloadedError, RateLimitError
 
 log = logging.getLogger("blink.ratelimit")
+
+# After a storage error the limiter decides without Redis for this long (one probe per second).
+_STORE_BACKOFF_S = 1.0
 
 
 @dataclass(slots=True)
@@ -45,8 +52,12 @@ def _async_uri(uri: str) -> str:
 
 
 class RateLimiter:
-    def __init__(self, settings: RateLimitSettings) -> None:
+    def __init__(self, settings: RateLimitSettings, errors: StoreErrorSink | None = None) -> None:
         self.settings = settings
+        self.errors = errors
+        # The in-process storage cannot fail or stall; only a remote one is guarded.
+        self._guarded = not settings.storage_uri.startswith(("memory", "async+memory"))
+        self._down_until = 0.0
         self._storage = storage_from_string(_async_uri(settings.storage_uri))
         self._limiter = MovingWindowRateLimiter(self._storage)
         self._pending: set[asyncio.Task[None]] = set()
@@ -73,6 +84,34 @@ class RateLimiter:
         ticket = RateLimitTicket(token_limits=[lim for lim in limits if lim.kind == "tokens"])
         if not limits:
             return ticket
+        if not self._guarded:
+            return await self._admit(limits, ticket)
+        if time.monotonic() < self._down_until:
+            return self._without_store(ticket)
+        try:
+            return await asyncio.wait_for(self._admit(limits, ticket), self.settings.timeout_s)
+        except RateLimitError:
+            raise
+        except Exception as exc:  # storage error or timeout: decided by fail_open, never a 500
+            self._store_failed("admit", exc)
+            return self._without_store(ticket)
+
+    def _store_failed(self, op: str, exc: BaseException) -> None:
+        self._down_until = time.monotonic() + _STORE_BACKOFF_S
+        if self.errors is not None:
+            self.errors.store_error("ratelimit", op)
+        log.warning("rate-limit storage %s failed (%s)", op, type(exc).__name__)
+
+    def _without_store(self, ticket: RateLimitTicket) -> RateLimitTicket:
+        if self.settings.fail_open:
+            ticket.token_limits = []  # nothing to charge to a store that is down
+            return ticket
+        raise OverloadedError(
+            "Rate limits cannot be checked right now (their store is unavailable); retry shortly.",
+            code="ratelimit_store_unavailable", headers={"retry-after": "1"},
+        )
+
+    async def _admit(self, limits: list[_Limit], ticket: RateLimitTicket) -> RateLimitTicket:
         for lim in limits:
             if not await self._limiter.test(lim.item, *lim.ids):
                 raise await self._refusal(lim)
@@ -99,12 +138,15 @@ class RateLimiter:
             # A window cannot record more than its amount; the excess would be refused anyway.
             cost = min(tokens, lim.item.amount)
             try:
-                if not await self._limiter.hit(lim.item, *lim.ids, cost=cost):
-                    stats = await self._limiter.get_window_stats(lim.item, *lim.ids)
-                    if stats.remaining > 0:
-                        await self._limiter.hit(lim.item, *lim.ids, cost=stats.remaining)
-            except Exception:
-                log.exception("could not count %d tokens", tokens)
+                await asyncio.wait_for(self._charge_one(lim, cost), max(1.0, self.settings.timeout_s))
+            except Exception as exc:
+                self._store_failed("charge", exc)
+
+    async def _charge_one(self, lim: _Limit, cost: int) -> None:
+        if not await self._limiter.hit(lim.item, *lim.ids, cost=cost):
+            stats = await self._limiter.get_window_stats(lim.item, *lim.ids)
+            if stats.remaining > 0:
+                await self._limiter.hit(lim.item, *lim.ids, cost=stats.remaining)
 
     async def drain(self) -> None:
         while self._pending:

@@ -55,6 +55,7 @@ SERIES_DOC = """\
 | `blink_breaker_transitions_total` | counter | backend, state | circuit-breaker state changes |
 | `blink_shed_total` | counter | reason | requests shed under load |
 | `blink_client_disconnects_total` | counter | | generations aborted because the client left |
+| `blink_store_errors_total` | counter | store, op | shared-store (Redis, PostgreSQL) errors and timeouts; the request went on without it |
 | `blink_requests_in_flight` | gauge | | generation requests being served by this gateway |
 | `vllm:num_requests_running` / `vllm:num_requests_waiting` | gauge | model_name | engine running / queued requests (read at scrape) |
 | `vllm:kv_cache_usage_perc` | gauge | model_name | KV-cache blocks in use, 0-1 |
@@ -129,6 +130,8 @@ class GatewayMetrics:
         }
         self.disconnects = Counter("blink_client_disconnects", "Generations aborted because the client went away.",
                                    registry=r)
+        self.store_errors = Counter("blink_store_errors", "Shared-store errors and timeouts (skipped, never fatal).",
+                                    ["store", "op"], registry=r)
         self.in_flight = Gauge("blink_requests_in_flight", "Generation requests being served.", registry=r)
         self._cache: dict[tuple[str, str, str, str], _Children] = {}
         if loads is not None:
@@ -182,6 +185,9 @@ class GatewayMetrics:
 
     def event(self, event: str, labels: dict[str, str]) -> None:
         self.events[event].labels(**labels).inc()
+
+    def store_error(self, store: str, op: str) -> None:
+        self.store_errors.labels(store, op).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -97,7 +97,8 @@ def redis_server() -> Iterator[RedisServer]:
 
 def _spawn_gateway(upstream: FakeUpstream, redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    env = dict(os.environ, BLINK_RATELIMIT__STORAGE_URI=redis_url, BLINK_RATELIMIT__REQUESTS_PER_MINUTE="5")
+    env = dict(os.environ, BLINK_RATELIMIT__STORAGE_URI=redis_url, BLINK_RATELIMIT__REQUESTS_PER_MINUTE="5",
+               BLINK_RATELIMIT__TIMEOUT_S="5")  # a loaded CI machine must not fail open here
     proc = subprocess.Popen(
         [sys.executable, "-m", "blink.cli", "serve", "--upstream", upstream.base_url, "--upstream-model", "fake",
          "--port", str(port), "--log-level", "warning"],

@@ -84,3 +84,5 @@ async def check_clear(store: CacheStore) -> None:
 
 
 CHECKS = [check_exact_roundtrip, check_replace, check_nearest, check_ttl, check_clear]
+# What an exact-only store (Redis: no vectors) must show.
+EXACT_CHECKS = [check_exact_roundtrip, check_ttl, check_clear]

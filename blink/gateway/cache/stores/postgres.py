@@ -4,7 +4,8 @@ One row per entry; the exact path is a primary-key lookup, the semantic path an 
 filtered by namespace (pgvector 0.8 iterative scans keep the filter from starving the top-k).
 ``last_used`` drives LRU eviction past ``max_entries``; expired rows are never returned and are
 deleted by the eviction pass. Vectors travel as pgvector text literals, so no extra client
-package is needed beyond psycopg.
+package is needed beyond psycopg. Queries share a ``psycopg_pool`` pool (each connection set up
+for HNSW search once) and every statement carries a server-side ``statement_timeout``.
 """
 
 from __future__ import annotations
@@ -28,43 +29,62 @@ def _vec_literal(vec: np.ndarray) -> str:
 
 
 class PostgresCacheStore:
-    def __init__(self, dsn: str, max_entries: int = 100_000, dim: int = 384, table: str | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        max_entries: int = 100_000,
+        dim: int = 384,
+        table: str | None = None,
+        pool_size: int = 8,
+        statement_timeout_ms: int = 2000,
+    ) -> None:
         self.dsn = dsn
+        self.pool_size = pool_size
+        # The server gives up on a statement after this (the gateway's own wait is shorter).
+        self.statement_timeout_ms = statement_timeout_ms
         self.max_entries = max_entries
         self.dim = dim
         # One table per dimension: an HNSW index needs a fixed-size vector column.
         self.table = table or f"blink_cache_d{dim}"
-        self._conn: Any = None  # psycopg.AsyncConnection, opened in start()
+        self._pool: Any = None  # psycopg_pool.AsyncConnectionPool, opened in start()
         self._lock = asyncio.Lock()
         self._estimate = 0
 
     async def start(self) -> None:
         import psycopg
+        from psycopg_pool import AsyncConnectionPool
 
         async with self._lock:
-            if self._conn is not None:
+            if self._pool is not None:
                 return
-            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
             t = self.table
-            await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            await conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {t} (ns text NOT NULL, key bytea NOT NULL, vec vector({self.dim}),"
-                " resp bytea NOT NULL, expires_at double precision NOT NULL, last_used double precision NOT NULL,"
-                " PRIMARY KEY (ns, key))"
-            )
-            await conn.execute(f"CREATE INDEX IF NOT EXISTS {t}_hnsw ON {t} USING hnsw (vec vector_cosine_ops)")
-            await conn.execute(f"CREATE INDEX IF NOT EXISTS {t}_lru ON {t} (last_used)")
-            await conn.execute(f"SET hnsw.ef_search = {_EF_SEARCH}")
-            await conn.execute("SET hnsw.iterative_scan = strict_order")
-            row = await (await conn.execute(f"SELECT count(*) FROM {t}")).fetchone()
-            self._estimate = int(row[0]) if row else 0
-            self._conn = conn
+            async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                await conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {t} (ns text NOT NULL, key bytea NOT NULL, vec vector({self.dim}),"
+                    " resp bytea NOT NULL, expires_at double precision NOT NULL, last_used double precision NOT NULL,"
+                    " PRIMARY KEY (ns, key))"
+                )
+                await conn.execute(f"CREATE INDEX IF NOT EXISTS {t}_hnsw ON {t} USING hnsw (vec vector_cosine_ops)")
+                await conn.execute(f"CREATE INDEX IF NOT EXISTS {t}_lru ON {t} (last_used)")
+                row = await (await conn.execute(f"SELECT count(*) FROM {t}")).fetchone()
+                self._estimate = int(row[0]) if row else 0
+
+            async def configure(conn: Any) -> None:
+                await conn.set_autocommit(True)
+                await conn.execute(f"SET hnsw.ef_search = {_EF_SEARCH}")
+                await conn.execute("SET hnsw.iterative_scan = strict_order")
+                await conn.execute(f"SET statement_timeout = {int(self.statement_timeout_ms)}")
+
+            pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=self.pool_size, configure=configure, open=False)
+            await pool.open(wait=True, timeout=10)
+            self._pool = pool
 
     async def _execute(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
-        if self._conn is None:
+        if self._pool is None:
             await self.start()
-        async with self._lock:
-            cur = await self._conn.execute(sql, params)
+        async with self._pool.connection() as conn:
+            cur = await conn.execute(sql, params)
             return await cur.fetchall() if cur.description else []
 
     async def get_exact(self, ns: str, key: bytes) -> CachedResponse | None:
@@ -121,6 +141,6 @@ class PostgresCacheStore:
         return int(rows[0][0])
 
     async def aclose(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
