@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI
 
 from blink.backends.registry import BackendRegistry
 from blink.config import ObsSettings, ServerSettings
-from blink.gateway.auth import ApiKeyStore, AuthMiddleware
+from blink.gateway.auth import AuthMiddleware, KeyStore
 from blink.gateway.dashboard import build_dashboard_router
 from blink.gateway.errors import install_error_handlers
 from blink.gateway.front import GatewayFront
@@ -38,7 +38,7 @@ def create_app(
     registry: BackendRegistry,
     server_settings: ServerSettings,
     front: Callable[[GatewayMetrics], GatewayFront] | None = None,
-    key_store: ApiKeyStore | None = None,
+    key_store: KeyStore | None = None,
     obs_settings: ObsSettings | None = None,
     model_server: ModelServer | None = None,
     models_router: APIRouter | None = None,

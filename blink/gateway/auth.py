@@ -15,12 +15,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from blink.gateway.errors import error_messages
 from blink.obs import stage
-from blink.protocol.errors import AuthenticationError, PermissionDeniedError
+from blink.protocol.errors import AuthenticationError, BlinkError, PermissionDeniedError
 
 PRINCIPAL_STATE_KEY = "blink_principal"
 # 24 random bytes = 192 bits: unguessable, and short enough to paste.
@@ -60,6 +61,14 @@ def hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+class KeyStore(Protocol):
+    """What the middleware reads keys from: SQLite (ApiKeyStore) or PostgreSQL (PostgresKeyStore)."""
+
+    async def alookup(self, secret: str) -> ApiKey | None:
+        """The live key for ``secret``, None if unknown or revoked; a ``BlinkError`` if it cannot tell."""
+        ...
+
+
 class ApiKeyStore:
     """Keys in a SQLite file (WAL, so the CLI can add or revoke keys while servers read)."""
 
@@ -97,6 +106,9 @@ class ApiKeyStore:
         if row is None or row[6] is not None:
             return None
         return _from_row(row)
+
+    async def alookup(self, secret: str) -> ApiKey | None:
+        return self.lookup(secret)  # a local indexed read: microseconds, fine on the event loop
 
     def list(self) -> list[ApiKey]:
         with self._lock:
@@ -139,7 +151,7 @@ def _presented_key(scope: Scope) -> str | None:
 class AuthMiddleware:
     """401 unless the request under ``/v1/`` carries a live key; health and metrics stay open."""
 
-    def __init__(self, app: ASGIApp, store: ApiKeyStore) -> None:
+    def __init__(self, app: ASGIApp, store: KeyStore) -> None:
         self.app = app
         self.store = store
 
@@ -153,13 +165,17 @@ class AuthMiddleware:
                 "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.", code="missing_api_key"
             )
         else:
-            with stage("auth"):
-                key = self.store.lookup(secret)
+            key = None
+            try:
+                with stage("auth"):
+                    key = await self.store.alookup(secret)
+                err = AuthenticationError("Incorrect API key provided.")
+            except BlinkError as exc:  # the key store is down: a typed 503, never a 500
+                err = exc
             if key is not None:
                 scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = key
                 await self.app(scope, receive, send)
                 return
-            err = AuthenticationError("Incorrect API key provided.")
         for message in error_messages(err):
             await send(message)
 

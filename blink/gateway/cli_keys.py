@@ -10,20 +10,25 @@ import typer
 
 from blink.config import ConfigError, load_settings
 from blink.gateway.auth import ApiKeyStore
+from blink.gateway.auth_postgres import PostgresKeyStore
 
 keys_app = typer.Typer(help="Create, list or revoke API keys.", no_args_is_help=True)
 
 ConfigOpt = Annotated[Path | None, typer.Option(help="YAML config file (for auth.keys_db).")]
-DbOpt = Annotated[str | None, typer.Option("--db", help="Key database (default: auth.keys_db).")]
+DbOpt = Annotated[str | None, typer.Option("--db", help="Key database: a SQLite path or a postgresql:// DSN "
+                                           "(default: auth.postgres_dsn, else auth.keys_db).")]
 
 
-def _store(config: Path | None, db: str | None) -> ApiKeyStore:
+def _store(config: Path | None, db: str | None) -> ApiKeyStore | PostgresKeyStore:
     if db is None:
         try:
-            db = load_settings(config).auth.keys_db
+            auth = load_settings(config).auth
         except ConfigError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from None
+        db = auth.postgres_dsn or auth.keys_db
+    if db.startswith(("postgresql://", "postgres://")):
+        return PostgresKeyStore(db)
     return ApiKeyStore(db)
 
 

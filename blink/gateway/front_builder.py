@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from blink.config import CacheSettings, Settings
-from blink.gateway.auth import ApiKeyStore
+from blink.gateway.auth import ApiKeyStore, KeyStore
 from blink.gateway.cache.semantic import GuardedMatcher
 from blink.gateway.cache.stage import ResponseCache
 from blink.gateway.cache.store import CacheStore
@@ -18,8 +18,14 @@ from blink.modelserver.clients import EncoderClient
 from blink.obs.metrics import GatewayMetrics
 
 
-def build_key_store(settings: Settings) -> ApiKeyStore | None:
-    return ApiKeyStore(settings.auth.keys_db) if settings.auth.enabled else None
+def build_key_store(settings: Settings) -> KeyStore | None:
+    if not settings.auth.enabled:
+        return None
+    if settings.auth.postgres_dsn:
+        from blink.gateway.auth_postgres import PostgresKeyStore
+
+        return PostgresKeyStore(settings.auth.postgres_dsn)
+    return ApiKeyStore(settings.auth.keys_db)
 
 
 def build_cache_store(cache: CacheSettings, dim: int = 384, errors: StoreErrorSink | None = None) -> CacheStore:
