@@ -22,6 +22,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
 
 from blink.config import RateLimitSettings
+from blink.gateway.ratelimit_window import LocalMovingWindow
 from blink.gateway.store_errors import StoreErrorSink
 from blink.protocol.errors import OverloadedError, RateLimitError
 
@@ -58,8 +59,12 @@ class RateLimiter:
         # The in-process storage cannot fail or stall; only a remote one is guarded.
         self._guarded = not settings.storage_uri.startswith(("memory", "async+memory"))
         self._down_until = 0.0
-        self._storage = storage_from_string(_async_uri(settings.storage_uri))
-        self._limiter = MovingWindowRateLimiter(self._storage)
+        # In-process counts use our own O(1) moving window (ratelimit_window.py says why).
+        self._limiter: MovingWindowRateLimiter | LocalMovingWindow = (
+            MovingWindowRateLimiter(storage_from_string(_async_uri(settings.storage_uri)))
+            if self._guarded
+            else LocalMovingWindow()
+        )
         self._pending: set[asyncio.Task[None]] = set()
 
     def _limits(self, key_id: str, key_rpm: int, key_tpm: int, model: str) -> list[_Limit]:
