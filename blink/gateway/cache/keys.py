@@ -9,17 +9,18 @@ from a request with the same tenant, model, system prompt, parameters and conver
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict
+from dataclasses import fields
 from typing import Any
 
 import orjson
 
-from blink.backends.base import GenerationRequest
+from blink.backends.base import GenerationRequest, SamplingOptions
 
 # Body fields that never change the generated text: they must not split the cache.
 _IGNORED_FIELDS = frozenset(
     {"stream", "stream_options", "user", "metadata", "service_tier", "store", "cache", "model", "messages", "prompt"}
 )
+_OPTION_NAMES = tuple(f.name for f in fields(SamplingOptions))
 # Fields mapped into SamplingOptions (hashed in their normalised form, defaults filled in).
 _OPTION_FIELDS = frozenset(
     {
@@ -51,7 +52,10 @@ def _normalise_message(m: dict[str, Any]) -> dict[str, Any]:
 
 def _params(req: GenerationRequest) -> dict[str, Any]:
     extra = {k: v for k, v in req.raw.items() if k not in _IGNORED_FIELDS and k not in _OPTION_FIELDS}
-    return {"options": asdict(req.options), "extra": extra}
+    # A shallow dict: the same digest as ``dataclasses.asdict`` (whose deep copy was ~0.2 ms a
+    # request, most of the cache stage's cost).
+    o = req.options
+    return {"options": {name: getattr(o, name) for name in _OPTION_NAMES}, "extra": extra}
 
 
 def is_deterministic(req: GenerationRequest) -> bool:
