@@ -12,6 +12,7 @@ import typer
 
 from blink.bench.command import bench
 from blink.config import ConfigError, load_settings
+from blink.engine_serve import engine_app
 from blink.gateway.batch.cli import batch_app
 from blink.gateway.cli_cache import cache_app
 from blink.gateway.cli_keys import keys_app
@@ -23,6 +24,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(keys_app, name="keys")
 app.add_typer(cache_app, name="cache")
 app.add_typer(batch_app, name="batch")
+app.add_typer(engine_app, name="engine")
 app.command()(usage)
 app.command()(bench)
 
@@ -62,6 +64,7 @@ def serve(
     api_keys: Annotated[bool, typer.Option("--api-keys", help="Require API keys (manage them with 'blink keys').")] = False,
     exact_cache: Annotated[bool, typer.Option("--exact-cache", help="Serve repeated deterministic requests from the cache.")] = False,
     semantic_cache: Annotated[bool, typer.Option("--semantic-cache", help="Also serve guarded near-duplicate questions (implies --exact-cache).")] = False,
+    engine: Annotated[str | None, typer.Option(help="embedded (default) | vllm: launch and supervise a local `vllm serve --model` and route to it.")] = None,
 ) -> None:
     """Start the OpenAI-compatible server."""
     from blink.serve import EmbeddedBackendMissingError, run
@@ -95,6 +98,11 @@ def serve(
     )
     if upstream is not None:
         model_flags["kind"] = "openai_http"
+    if engine not in (None, "embedded", "vllm"):
+        typer.echo(f"error: --engine must be embedded or vllm, not {engine!r}", err=True)
+        raise typer.Exit(2)
+    if engine == "vllm":
+        model_flags["kind"] = "vllm"
     try:
         settings = load_settings(config, server=server, model=model_flags, sections=_front_sections(api_keys, exact_cache, semantic_cache))
         run(settings)

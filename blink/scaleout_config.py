@@ -68,3 +68,7 @@ class VllmSettings(BaseModel):
     # Restart backoff after a crash: doubles from min to max; reset after a healthy minute.
     restart_backoff_min_s: float = Field(1.0, gt=0)
     restart_backoff_max_s: float = Field(30.0, gt=0)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"

@@ -36,16 +36,41 @@ class EmbeddedBackendMissingError(RuntimeError):
 
 
 def build_backend(model: ModelSettings) -> Backend:
+    if model.kind == "openai_http" and (model.discovery.pooled or (model.base_url or "").startswith("dns://")):
+        return build_replica_set(model)
+    if model.kind == "vllm":
+        from blink.backends.vllm_process import VllmProcessBackend
+
+        return VllmProcessBackend(model.name, model.model or "", model.vllm, _openai_http(model, model.vllm.base_url))
     if model.kind == "openai_http":
-        return OpenAIHTTPBackend(
-            model.name,
-            model.base_url or "",
-            api_key_env=model.api_key_env,
-            upstream_model=model.upstream_model,
-            connect_timeout_s=model.connect_timeout_s,
-            read_timeout_s=model.read_timeout_s,
-            max_connections=model.max_connections,
-        )
+        return _openai_http(model)
+    return _embedded(model)
+
+
+def _openai_http(model: ModelSettings, base_url: str | None = None, name: str | None = None) -> OpenAIHTTPBackend:
+    return OpenAIHTTPBackend(
+        name or model.name,
+        base_url or model.base_url or "",
+        api_key_env=model.api_key_env,
+        upstream_model=model.upstream_model,
+        connect_timeout_s=model.connect_timeout_s,
+        read_timeout_s=model.read_timeout_s,
+        max_connections=model.max_connections,
+    )
+
+
+def build_replica_set(model: ModelSettings) -> Backend:
+    """An openai_http model with several replicas: a static list, or DNS (a headless Service)."""
+    from blink.gateway.router.discovery import DnsSource, ReplicaSource, StaticSource
+    from blink.gateway.router.replica_set import ReplicaSetBackend
+
+    base = model.base_url or ""
+    dns = model.discovery.mode == "dns" or base.startswith("dns://")
+    source: ReplicaSource = DnsSource(base) if dns else StaticSource([base, *model.discovery.replicas])
+    return ReplicaSetBackend(model.name, source, lambda name, url: _openai_http(model, url, name), model.discovery)
+
+
+def _embedded(model: ModelSettings) -> Backend:
     # Imported lazily: the engine (and torch) load only when an embedded model is configured.
     try:
         embedded = importlib.import_module("blink.backends.embedded")

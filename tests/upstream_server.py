@@ -55,6 +55,9 @@ class FakeUpstream:
             if auth != f"Bearer {self.api_key}".encode():
                 await _json(send, 401, _err("bad key", "authentication_error", None, "invalid_api_key"))
                 return
+        if method == "GET" and path == "/health":  # vLLM, SGLang, TGI and llama.cpp all answer this
+            await _json(send, 200, {})
+            return
         if method == "GET" and path == "/v1/models":
             await _json(send, 200, {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "test"}]})
             return

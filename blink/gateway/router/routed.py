@@ -345,9 +345,11 @@ class RoutedBackend:
             return err
         if err is not None:
             return BackendUnavailableError(f"Model '{self.name}' failed: {type(err).__name__}: {err}")
-        open_s = max(r.breaker.config.open_s for t in self._by_cost for r in t.replicas)
+        # 5 s: the default breaker open time, when discovery has found no replica at all.
+        open_s = max((r.breaker.config.open_s for t in self._by_cost for r in t.replicas), default=5.0)
         return BackendUnavailableError(
-            f"No replica of model '{self.name}' is available (circuit breakers open).",
+            f"No replica of model '{self.name}' is available (circuit breakers open, health checks failing "
+            "or none discovered).",
             headers={"retry-after": str(max(1, round(open_s)))},
         )
 

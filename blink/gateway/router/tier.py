@@ -25,6 +25,8 @@ class Replica:
         self.name = backend.name
         self.breaker = breaker
         self.in_flight = 0
+        # Set by active health checks (ReplicaWatcher); an unhealthy replica leaves rotation.
+        self.healthy = True
         self.latency = PeakEwma()
         self.ttft = SlidingWindow(_TTFT_WINDOW_S, _TTFT_SAMPLES)
 
@@ -40,11 +42,14 @@ class Tier:
         admission: AdmissionConfig | None = None,
         affinity: AffinityConfig | None = None,
         balancer: P2CBalancer | None = None,
+        discovered: bool = False,
     ) -> None:
-        if not backends:
+        """``discovered``: replicas come and go (DNS discovery), so the tier may start empty."""
+        if not backends and not discovered:
             raise ValueError(f"tier {name!r} has no replicas")
         self.name = name
         self.cost = cost
+        self._breaker_config = breaker
         self.replicas = [Replica(b, CircuitBreaker(f"{name}/{b.name}", breaker)) for b in backends]
         self.admission = AdmissionController(name, admission)
         self.prefixes = PrefixIndex(affinity)
@@ -70,15 +75,23 @@ class Tier:
         total.itl_ms_ewma = sum(itls) / len(itls) if itls else None
         return total
 
+    def set_backends(self, backends: Sequence[Backend]) -> list[Backend]:
+        """Make ``backends`` the replicas (kept ones keep their state); returns the removed ones."""
+        by_name = {r.name: r for r in self.replicas}
+        wanted = {b.name for b in backends}
+        self.replicas = [by_name.get(b.name) or Replica(b, CircuitBreaker(f"{self.name}/{b.name}", self._breaker_config))
+                         for b in backends]
+        return [r.backend for name, r in by_name.items() if name not in wanted]
+
     def view(self) -> TierView:
-        available = sum(1 for r in self.replicas if r.breaker.available())
+        available = sum(1 for r in self.replicas if r.healthy and r.breaker.available())
         return TierView(
             self.name, self.cost, self.load(), len(self.replicas), available, self.admission.config.max_concurrency
         )
 
     def pick(self, hashes: Sequence[bytes], exclude: Collection[Replica] = ()) -> Replica | None:
         """A replica whose breaker lets traffic through: prefix affinity first, else P2C."""
-        eligible = [r for r in self.replicas if r not in exclude and r.breaker.available()]
+        eligible = [r for r in self.replicas if r not in exclude and r.healthy and r.breaker.available()]
         if not eligible:
             return None
         chosen: Replica | None = None

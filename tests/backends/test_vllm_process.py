@@ -1,0 +1,91 @@
+"""``kind: vllm``: Blink launches ``vllm serve`` with its latency flags, waits for /health,
+restarts it after a crash and stops it on shutdown. The ``vllm`` on PATH is a real executable
+(tests/backends/fake_vllm/vllm) that serves the fake model and crashes on command."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from live_server import LiveServer
+from servers import free_port
+
+from blink.backends.vllm_process import VllmProcessBackend, vllm_command
+from blink.config import ModelSettings, ServerSettings, Settings
+from blink.scaleout_config import VllmSettings
+from blink.serve import build_app
+
+FAKE_DIR = Path(__file__).parent / "fake_vllm"
+MSGS = [{"role": "user", "content": "hi"}]
+
+
+def test_command_has_the_latency_flags() -> None:
+    s = VllmSettings(port=8123, speculative_config='{"method": "ngram", "num_speculative_tokens": 4}',
+                     quantization="fp8", extra_args=["--max-model-len", "4096"])
+    assert vllm_command("org/m", "local", s) == [
+        "vllm", "serve", "org/m", "--host", "127.0.0.1", "--port", "8123", "--served-model-name", "local",
+        "--enable-prefix-caching", "--enable-chunked-prefill",
+        "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}', "--quantization", "fp8",
+        "--max-model-len", "4096",
+    ]
+
+
+@pytest.fixture
+def fake_vllm_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    log = tmp_path / "argv.jsonl"
+    monkeypatch.setenv("PATH", f"{FAKE_DIR}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(log))
+    monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "0.5")  # "loading the model": the gateway must wait
+    yield log
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_supervised_vllm_serves_restarts_after_a_crash_and_stops(fake_vllm_env: Path) -> None:
+    port = free_port()
+    vllm = VllmSettings(port=port, quantization="fp8", restart_backoff_min_s=0.2, ready_timeout_s=60)
+    settings = Settings(server=ServerSettings(), models=[ModelSettings(name="local", kind="vllm", model="org/m", vllm=vllm)])
+    app = build_app(settings)
+    with LiveServer(app) as server:
+        backend = app.state.registry.resolve("local")
+        assert isinstance(backend, VllmProcessBackend) and backend.ready.is_set()  # start() waited for /health
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        out = client.chat.completions.create(model="local", messages=MSGS)  # type: ignore[arg-type]
+        assert out.choices[0].message.content
+        argv = json.loads(fake_vllm_env.read_text().splitlines()[0])
+        assert argv[:2] == ["serve", "org/m"] and "--enable-prefix-caching" in argv and "--quantization" in argv
+        first_pid = backend.pid
+        assert first_pid is not None
+
+        with pytest.raises(httpx.HTTPError):  # the process dies while answering
+            httpx.post(f"http://127.0.0.1:{port}/crash", timeout=5)
+        # While it restarts: a typed 503 or the restarted server's answer, never a 500 or a hang.
+        deadline = time.monotonic() + 30
+        statuses = []
+        while time.monotonic() < deadline:
+            r = httpx.post(f"{server.url}/v1/chat/completions", json={"model": "local", "messages": MSGS}, timeout=10)
+            statuses.append(r.status_code)
+            if r.status_code == 200 and backend.restarts >= 1:
+                break
+            assert r.status_code in (200, 502, 503), r.text
+            assert "error" in r.json() or r.status_code == 200
+            time.sleep(0.1)
+        assert statuses[-1] == 200 and backend.restarts == 1 and backend.pid not in (None, first_pid)
+        second_pid = backend.pid
+    assert second_pid is not None
+    deadline = time.monotonic() + 15
+    while _alive(second_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(second_pid)  # stopped with the gateway
