@@ -16,6 +16,10 @@ class EngineConfig:
     kv_cache_memory_bytes: int = 512 * 1024 * 1024
     block_size: int = 16
     max_num_seqs: int = 64
+    # Batch-priority sequences running at once (0 = up to max_num_seqs). An interactive request
+    # that arrives mid-step waits for that step, whose length grows with the batch lane's share,
+    # so a cap bounds the batch lane's effect on interactive TTFT (and its throughput).
+    max_batch_seqs: int = 0
     # Token budget per step (prefill chunks + decodes together).
     max_num_batched_tokens: int = 1024
     # 0 = use the model's max_position_embeddings.

@@ -63,8 +63,8 @@ class Scheduler:
     def __init__(
         self, config: EngineConfig, block_manager: BlockManager, lookahead: LookaheadFn | None = None
     ) -> None:
-        if config.max_num_seqs < 1 or config.max_num_batched_tokens < 1:
-            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1")
+        if config.max_num_seqs < 1 or config.max_num_batched_tokens < 1 or config.max_batch_seqs < 0:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1, max_batch_seqs >= 0")
         self.config = config
         self.block_manager = block_manager
         self.lookahead = lookahead
@@ -316,6 +316,8 @@ class Scheduler:
                 if urgent and self._preempt_batch(i, preempted):
                     continue
                 break
+            if not urgent and 0 < self.config.max_batch_seqs <= self._num_running_batch():
+                break
             computed_blocks, num_cached = bm.get_computed_blocks(seq)
             num_new = self._num_new_tokens(seq, num_cached, budget, alone=not scheduled)
             if num_new == 0:
@@ -335,6 +337,9 @@ class Scheduler:
                 self.admitted_by_rank[seq.priority_rank] += 1
                 self.wait_s_by_rank[seq.priority_rank] += seq.first_scheduled_time - seq.arrival_time
         return i, budget
+
+    def _num_running_batch(self) -> int:
+        return sum(1 for s in self.running if s.priority_rank >= BATCH_RANK)
 
     def _preempt_batch(self, i: int, preempted: list[Sequence]) -> bool:
         """Preempt the newest running batch request not scheduled this step; False if none."""

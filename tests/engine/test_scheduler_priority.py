@@ -178,3 +178,19 @@ def test_unknown_priority_is_rejected_with_the_field_name() -> None:
     with pytest.raises(InvalidParameterError) as exc:
         SamplingParams(priority="urgent").validate()
     assert exc.value.param == "priority"
+
+
+def test_max_batch_seqs_caps_the_batch_lane_only() -> None:
+    cfg = EngineConfig(model="dummy", block_size=4, max_num_seqs=8, max_num_batched_tokens=64, max_batch_seqs=2)
+    sched = Scheduler(cfg, BlockManager(64, 4, True))
+    loop = Loop(sched)
+    for b in range(5):
+        sched.add(seq(f"b{b}", [1 + b, 2, 3], 6, "batch"))
+    for c in range(3):
+        sched.add(seq(f"c{c}", [9, 8 + c], 6))
+    while sched.has_unfinished():
+        loop.step()
+        assert sched.running_by_rank()[2] <= 2  # never more than two batch sequences at once
+    assert len(loop.outputs) == 8
+    assert loop.first_token_step["c2"] == 1  # interactive requests are not capped
+    assert_no_leaks(sched)
