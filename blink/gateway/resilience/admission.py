@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -51,10 +52,17 @@ class AdmissionController:
         self._lanes: dict[str, deque[asyncio.Future[Ticket]]] = {lane: deque() for lane in _LANES}
         self.service_ms_ewma: float | None = None
         self.rejected = 0
+        # Per lane, for metrics: requests that waited in the queue and their summed wait (s).
+        self.waited = dict.fromkeys(_LANES, 0)
+        self.wait_s = dict.fromkeys(_LANES, 0.0)
+        self._enqueued_at: dict[asyncio.Future[Ticket], float] = {}
 
     @property
     def queued(self) -> int:
         return sum(len(q) for q in self._lanes.values())
+
+    def queued_by_lane(self) -> dict[str, int]:
+        return {lane: len(q) for lane, q in self._lanes.items()}
 
     def predicted_wait_ms(self, priority: str = "normal") -> float:
         """How long a request of ``priority`` arriving now would wait for a slot."""
@@ -93,6 +101,7 @@ class AdmissionController:
             self.rejected += 1
             return None
         self._lanes[lane].append(fut)
+        self._enqueued_at[fut] = time.monotonic()
         return fut
 
     def _release(self, service_ms: float | None) -> None:
@@ -103,8 +112,12 @@ class AdmissionController:
             queue = self._lanes[lane]
             while queue:
                 fut = queue.popleft()
+                since = self._enqueued_at.pop(fut, None)
                 if not fut.done():  # a waiter that gave up (cancelled) is skipped
                     fut.set_result(Ticket(self))
+                    if since is not None:
+                        self.waited[lane] += 1
+                        self.wait_s[lane] += time.monotonic() - since
                     return
         self.in_flight -= 1
 
@@ -114,6 +127,7 @@ class AdmissionController:
             fut.result().release()
             return
         fut.cancel()
+        self._enqueued_at.pop(fut, None)
         for queue in self._lanes.values():
             if fut in queue:
                 queue.remove(fut)

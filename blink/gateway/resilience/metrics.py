@@ -32,8 +32,19 @@ class RouterCollector(Collector):
         events = CounterMetricFamily(
             "blink_router_events", "Retries, hedges, escalations, shed and continued requests.", labels=["route", "event"]
         )
+        depth = GaugeMetricFamily("blink_admission_queue_depth", "Requests queued for a tier slot, by priority class.",
+                                  labels=["route", "tier", "priority"])
+        waited = CounterMetricFamily("blink_admission_waited", "Requests that queued for a tier slot, by priority class.",
+                                     labels=["route", "tier", "priority"])
+        wait_s = CounterMetricFamily("blink_admission_wait_seconds", "Summed queue wait for a tier slot, by priority class.",
+                                     labels=["route", "tier", "priority"])
         for routed in self._routed:
             for tier in routed.tiers.values():
+                adm = tier.admission
+                for lane, n in adm.queued_by_lane().items():
+                    depth.add_metric([routed.name, tier.name, lane], n)
+                    waited.add_metric([routed.name, tier.name, lane], adm.waited[lane])
+                    wait_s.add_metric([routed.name, tier.name, lane], adm.wait_s[lane])
                 for r in tier.replicas:
                     labels = [routed.name, tier.name, r.name]
                     state.add_metric(labels, r.breaker.state.value)
@@ -43,4 +54,4 @@ class RouterCollector(Collector):
             for event, value in (("retry", c.retries), ("hedge", c.hedges), ("escalation", c.escalations),
                                  ("shed", c.shed), ("continued", c.continued)):  # fmt: skip
                 events.add_metric([routed.name, event], value)
-        yield from (state, trips, in_flight, events)
+        yield from (state, trips, in_flight, events, depth, waited, wait_s)
