@@ -197,6 +197,8 @@ class OpenAIHTTPBackend:
             raise UpstreamError(f"upstream '{self.name}' sent an unparseable event: {data[:200]!r}") from exc
         if not isinstance(obj, dict):
             raise UpstreamError(f"upstream '{self.name}' sent a non-object event")
+        if obj.get("object") == "error":  # vLLM <= 0.9 sends its error object flat
+            obj = {"error": obj}
         if "error" in obj:
             raise _error_from_body(obj, 502, self.name, {})
         return deltas_from_chunk(obj, kind)
@@ -254,6 +256,8 @@ async def _error_from_response(resp: aiohttp.ClientResponse, name: str) -> Blink
         obj = {}
     if not isinstance(obj, dict):
         obj = {}
+    if obj.get("object") == "error":  # vLLM <= 0.9: {"object": "error", "message", "type", "param", "code"}
+        obj = {"error": obj}
     if "error" not in obj:
         obj = {"error": {"message": raw[:500].decode("utf-8", "replace") or resp.reason or ""}}
     return _error_from_body(obj, resp.status, name, headers)
