@@ -28,7 +28,7 @@ def _free_port() -> int:
 def _serve(model: Path, db: Path, port: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "BLINK_BATCH__PATH": str(db),
            # Few lines at a time, so the kill lands with most of the batch still pending.
-           "BLINK_BATCH__MAX_CONCURRENCY": "4"}
+           "BLINK_BATCH__MAX_CONCURRENCY": "2"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "blink.cli", "serve", "--model", str(model), "--port", str(port), "--threads", "1",
          "--dtype", "float32", "--served-model-name", "tiny", "--max-model-len", "256"],
