@@ -9,6 +9,9 @@ from blink.backends.base import Delta, TokenLogprob, Usage
 
 def deltas_from_chunk(obj: dict[str, Any], kind: str) -> list[Delta]:
     """Deltas in one ``chat.completion.chunk`` / ``text_completion`` chunk (or whole response)."""
+    fast = _plain_text_delta(obj, kind)
+    if fast is not None:
+        return fast
     out: list[Delta] = []
     for choice in obj.get("choices") or ():
         index = choice.get("index", 0)
@@ -39,6 +42,27 @@ def deltas_from_chunk(obj: dict[str, Any], kind: str) -> list[Delta]:
         else:
             out.append(Delta(index=0, usage=u))
     return out
+
+
+def _plain_text_delta(obj: dict[str, Any], kind: str) -> list[Delta] | None:
+    """The shape of nearly every streamed chunk — one choice, text only — in a few lookups (this
+    runs once per token on the proxy path); None sends anything else down the general path."""
+    choices = obj.get("choices")
+    if obj.get("usage") or not choices or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if choice.get("finish_reason") or choice.get("logprobs"):
+        return None
+    if kind == "chat":
+        msg = choice.get("delta")
+        if msg is None or msg.get("tool_calls"):
+            return None
+        text = msg.get("content")
+    else:
+        text = choice.get("text")
+    if not text or not isinstance(text, str):
+        return None
+    return [Delta(index=choice.get("index", 0), text=text)]
 
 
 def _chat_logprobs(lp: dict[str, Any] | None) -> list[TokenLogprob] | None:

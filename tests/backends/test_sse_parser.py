@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from blink.backends.openai_chunks import deltas_from_chunk
 from blink.backends.sse_parser import SSEParser
 
@@ -32,3 +34,18 @@ def test_chunk_to_deltas() -> None:
                          "logprobs": {"tokens": ["x"], "token_logprobs": [-1.0], "top_logprobs": [{"x": -1.0}]}}]}
     (c,) = deltas_from_chunk(comp, "completion")
     assert c.finish_reason == "length" and c.logprobs is not None and c.logprobs[0].top == [("x", -1.0)]
+
+
+@pytest.mark.parametrize(
+    ("chunk", "kind", "expected"),
+    [
+        ({"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}, "chat", [(0, "hi", None)]),
+        ({"choices": [{"index": 2, "text": "yo", "finish_reason": None}]}, "completion", [(2, "yo", None)]),
+        ({"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]}, "chat", [(0, "x", "stop")]),
+        ({"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": None}]}, "chat", []),
+        ({"choices": [{"index": 0, "delta": {"content": "a"}}, {"index": 1, "delta": {"content": "b"}}]}, "chat",
+         [(0, "a", None), (1, "b", None)]),
+    ],
+)
+def test_plain_and_general_chunks_give_the_same_deltas(chunk: dict, kind: str, expected: list) -> None:  # type: ignore[type-arg]
+    assert [(d.index, d.text, d.finish_reason) for d in deltas_from_chunk(chunk, kind)] == expected
