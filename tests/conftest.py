@@ -53,3 +53,16 @@ def tiny_qwen3(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Pat
     return build_tiny_checkpoint(
         tmp_path_factory.mktemp("tiny-qwen3"), "qwen3", tokenizer_dir=tiny_tokenizer_dir, seed=2
     )
+
+
+@pytest.fixture(scope="session")
+def onnx_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The exported all-MiniLM-L6-v2 (fp32 + int8), made once and shared by the session's gateways."""
+    import torch
+
+    from blink.gateway.cache.embedder import OnnxEmbedder
+
+    torch.set_num_threads(1)
+    path = tmp_path_factory.mktemp("onnx")
+    OnnxEmbedder(onnx_dir=path, quantize=True)
+    return path

@@ -74,11 +74,14 @@ class RedisCacheStore:
         if self._client is not None:
             return
         import redis.asyncio as aioredis
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
 
-        # The pool bounds connections per gateway; the socket timeouts bound every wait.
+        # The pool bounds connections per gateway; the socket timeouts bound every wait; no
+        # retries: a failed lookup is a miss, and the caller backs off from the store.
         self._client = aioredis.Redis.from_url(
             self.url, max_connections=self._max_connections, socket_timeout=self._timeout_s,
-            socket_connect_timeout=self._timeout_s, retry_on_timeout=False,
+            socket_connect_timeout=self._timeout_s, retry=Retry(NoBackoff(), 0),
         )  # fmt: skip
         self._scripts = {name: self._client.register_script(src) for name, src in
                          (("get", _GET), ("put", _PUT), ("live", _LIVE), ("clear", _CLEAR))}
