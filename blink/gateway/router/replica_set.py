@@ -107,6 +107,7 @@ class ReplicaSetBackend:
                 self._urls[name] = url
             backends.append(backend)
         removed = self.tier.set_backends(backends)
+        self.routed.replicas_changed()  # e.g. prefix affinity once there are two
         for gone in removed:
             self._urls.pop(gone.name, None)
             self._streaks.pop(gone.name, None)

@@ -82,7 +82,11 @@ class RoutedBackend:
         self.counters = RouterCounters()
         # False when the replicas are also served on their own names (the registry starts them).
         self._owns_backends = owns_backends
-        self._affinity = any(t.prefixes.config.enabled and len(t.replicas) > 1 for t in tiers)
+        self.replicas_changed()
+
+    def replicas_changed(self) -> None:
+        """Recompute what depends on the replica count (after discovery added or removed some)."""
+        self._affinity = any(t.prefixes.config.enabled and len(t.replicas) > 1 for t in self._by_cost)
 
     # -- Backend protocol ---------------------------------------------------------------------
 
