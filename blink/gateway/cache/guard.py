@@ -26,6 +26,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from difflib import SequenceMatcher
+from functools import lru_cache
 
 _CONTRACTIONS = [
     (re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"), (re.compile(r"n't\b"), " not"),
@@ -92,6 +93,7 @@ def _normalise(text: str) -> str:
     return t
 
 
+@lru_cache(maxsize=65536)
 def _stem(word: str) -> str:
     for suffix, repl in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
@@ -109,6 +111,15 @@ class Features:
 
 
 def features(text: str) -> Features:
+    """The guard's view of ``text``: a fresh copy (``explain`` adjusts it) of a cached analysis —
+    a miss compares one query with several neighbours, and cached questions recur."""
+    f = _analyse(text)
+    return Features(f.critical.copy(), list(f.directions), set(f.entities), set(f.tokens), f.content.copy())
+
+
+# Texts analysed by the guard, kept: a few thousand short questions are a few MB.
+@lru_cache(maxsize=8192)
+def _analyse(text: str) -> Features:
     tokens = _TOKEN.findall(_normalise(text))
     paired = "from" in tokens
     critical: Counter[str] = Counter()
