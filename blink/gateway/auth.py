@@ -160,6 +160,7 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         secret = _presented_key(scope)
+        err: BlinkError
         if secret is None:
             err = AuthenticationError(
                 "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.", code="missing_api_key"
