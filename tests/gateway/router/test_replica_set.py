@@ -132,3 +132,19 @@ async def test_discovery_adds_and_removes_replicas_keeping_their_state(
 
 async def test_static_source_deduplicates() -> None:
     assert await StaticSource(["http://a/v1", "http://a/v1", "http://b/v1"]).urls() == ["http://a/v1", "http://b/v1"]
+
+
+def test_dns_discovery_end_to_end_through_the_gateway(replicas: list[tuple[Switchable, LiveServer]]) -> None:
+    """``dns://localhost:PORT``: every address localhost resolves to becomes a replica; one that
+    nothing listens on (::1 here, when the resolver returns it) fails its health checks and
+    leaves rotation, and every request is answered."""
+    port = replicas[0][1].port
+    discovery = DiscoverySettings(mode="dns", interval_s=0.5, health_interval_s=0.1)
+    model = ModelSettings(name="pool", kind="openai_http", base_url=f"dns://localhost:{port}/v1",
+                          upstream_model="fake", discovery=discovery)
+    app = build_app(Settings(server=ServerSettings(), models=[model]))
+    with LiveServer(app) as gw:
+        backend = app.state.registry.resolve("pool")
+        assert f"pool@127.0.0.1:{port}" in [r.name for r in backend.tier.replicas]
+        assert all(_chat(gw.url).status_code == 200 for _ in range(10))
+        assert len(replicas[0][0].fake.requests) >= 10
