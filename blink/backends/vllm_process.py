@@ -112,7 +112,13 @@ class VllmProcessBackend:
     async def _spawn(self) -> None:
         log.info("starting: %s", " ".join(self.command))
         # Its own process group, so stopping it also stops the workers it forks.
-        self._proc = await asyncio.create_subprocess_exec(*self.command, start_new_session=True)
+        try:
+            self._proc = await asyncio.create_subprocess_exec(*self.command, start_new_session=True)
+        except FileNotFoundError:
+            raise BackendUnavailableError(
+                f"cannot start model '{self.name}': '{self.command[0]}' is not on PATH "
+                "(install vLLM, or set vllm.command)"
+            ) from None
 
     async def _supervise(self) -> None:
         backoff = self.settings.restart_backoff_min_s

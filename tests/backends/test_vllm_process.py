@@ -89,3 +89,14 @@ def test_supervised_vllm_serves_restarts_after_a_crash_and_stops(fake_vllm_env: 
     while _alive(second_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(second_pid)  # stopped with the gateway
+
+
+async def test_missing_vllm_command_is_a_clear_error() -> None:
+    from blink.backends.openai_http import OpenAIHTTPBackend
+    from blink.protocol.errors import BackendUnavailableError
+
+    s = VllmSettings(command="vllm-not-installed-here", port=free_port())
+    backend = VllmProcessBackend("m", "org/m", s, OpenAIHTTPBackend("m", s.base_url))
+    with pytest.raises(BackendUnavailableError, match="not on PATH"):
+        await backend.start()
+    await backend.aclose()
