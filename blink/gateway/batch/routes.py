@@ -127,7 +127,7 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
                                       param="input_file_id", code="too_many_requests")
         key: ApiKey | None = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
         now = int(time.time())
-        rec = BatchRecord(id=f"batch_{uuid.uuid4().hex}", input_file_id=input_file_id, endpoint=endpoint,
+        rec = BatchRecord(id=_new_batch_id(), input_file_id=input_file_id, endpoint=endpoint,
                           completion_window=_WINDOW, status="validating", created_at=now, metadata=metadata,
                           key_id=key.key_id if key else None, expires_at=now + _WINDOW_S)
         await store.create_batch(rec, lines)
@@ -173,6 +173,11 @@ async def _batch(store: BatchStore, batch_id: str) -> BatchRecord:
     if rec is None:
         raise NotFoundError(f"No such batch: {batch_id!r}.", param="batch_id")
     return rec
+
+
+def _new_batch_id() -> str:
+    """Time-ordered (creation nanoseconds first), so newest-first listing is exact within a second."""
+    return f"batch_{time.time_ns():016x}{uuid.uuid4().hex[:16]}"
 
 
 def _required_str(body: dict[str, Any], name: str) -> str:
