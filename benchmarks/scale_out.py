@@ -121,19 +121,23 @@ def replicas_curve(seconds: float, tmp: Path) -> None:
         stop(*(p for p, _ in engines))
 
 
-async def latencies(url: str, n: int, hit: bool) -> list[float]:
-    out: list[float] = []
+async def latencies(urls: dict[str, str], n: int, hit: bool) -> dict[str, list[float]]:
+    """Sequential requests, one to each target in turn, so every target sees the same noise."""
+    out: dict[str, list[float]] = {name: [] for name in urls}
     async with httpx.AsyncClient(timeout=30) as client:
         fixed = f"the cached question {uuid.uuid4()}"
         if hit:  # fill it first (the fill lands just after the response)
-            await client.post(f"{url}/v1/chat/completions", json=_body(fixed))
+            for url in urls.values():
+                await client.post(f"{url}/v1/chat/completions", json=_body(fixed))
             await asyncio.sleep(0.3)
         for i in range(n):
-            t0 = time.perf_counter()
-            r = await client.post(f"{url}/v1/chat/completions", json=_body(fixed if hit else f"q {uuid.uuid4()} {i}"))
-            out.append(time.perf_counter() - t0)
-            if r.status_code != 200 or (hit and r.headers.get("x-blink-cache") != "exact"):
-                raise RuntimeError(f"{url}: {r.status_code} cache={r.headers.get('x-blink-cache')}")
+            for name, url in urls.items():
+                t0 = time.perf_counter()
+                r = await client.post(f"{url}/v1/chat/completions",
+                                      json=_body(fixed if hit else f"q {uuid.uuid4()} {i}"))
+                out[name].append(time.perf_counter() - t0)
+                if r.status_code != 200 or (hit and r.headers.get("x-blink-cache") != "exact"):
+                    raise RuntimeError(f"{url}: {r.status_code} cache={r.headers.get('x-blink-cache')}")
     return out
 
 
@@ -168,23 +172,22 @@ def store_latency(n: int, tmp: Path) -> None:
                 proc, url = start_gateway(cfg, tmp)
                 procs.append(proc)
                 gws[name] = url
-            asyncio.run(latencies(up, 20, False))  # warm-up
-            direct = asyncio.run(latencies(up, n, False))
-            rows = {}
-            for name, url in gws.items():
-                asyncio.run(latencies(url, 20, False))
-                rows[name] = (asyncio.run(latencies(url, n, False)), asyncio.run(latencies(url, n, True)))
-            d50, d99 = pct(direct, 50) * 1000, pct(direct, 99) * 1000
-            print(f"\n2) gateway added latency, {n} sequential non-streamed requests per row "
-                  f"(direct upstream: p50 {d50:.2f} ms, p99 {d99:.2f} ms)")
+            asyncio.run(latencies({"direct": up, **gws}, 20, False))  # warm-up
+            miss = asyncio.run(latencies({"direct": up, **gws}, n, False))
+            hit = asyncio.run(latencies(gws, n, True))
+            d50 = pct(miss["direct"], 50) * 1000
+            print(f"\n2) gateway latency, {n} sequential non-streamed requests per row, targets interleaved "
+                  f"(direct upstream: p50 {d50:.2f} ms, p99 {pct(miss['direct'], 99) * 1000:.2f} ms)")
             print("(cache = only the cache in Redis + pgvector; limits = only the rate limits in Redis)")
-            print(f"{'stores':>9} {'miss added p50':>15} {'miss added p99':>15} {'hit p50':>8} {'hit p99':>8}")
-            for name, (miss, hit) in rows.items():
-                print(f"{name:>9} {pct(miss, 50) * 1000 - d50:>12.2f} ms {pct(miss, 99) * 1000 - d99:>12.2f} ms "
-                      f"{pct(hit, 50) * 1000:>5.2f} ms {pct(hit, 99) * 1000:>5.2f} ms")
-            (em, eh), (sm, sh) = rows["embedded"], rows["shared"]
-            print(f"ratios shared/embedded: miss p50 {pct(sm, 50) / pct(em, 50):.2f}x, "
-                  f"hit p50 {pct(sh, 50) / pct(eh, 50):.2f}x, hit p99 {pct(sh, 99) / pct(eh, 99):.2f}x")
+            print(f"{'stores':>9} {'miss p50 added':>15} {'miss p99':>9} {'hit p50':>8} {'hit p99':>8}")
+            for name in gws:
+                print(f"{name:>9} {pct(miss[name], 50) * 1000 - d50:>12.2f} ms {pct(miss[name], 99) * 1000:>6.2f} ms "
+                      f"{pct(hit[name], 50) * 1000:>5.2f} ms {pct(hit[name], 99) * 1000:>5.2f} ms")
+            em, sm, eh, sh = miss["embedded"], miss["shared"], hit["embedded"], hit["shared"]
+            added_e, added_s = pct(em, 50) * 1000 - d50, pct(sm, 50) * 1000 - d50
+            print(f"ratios shared/embedded: miss added p50 {added_s / added_e:.2f}x, miss p99 "
+                  f"{pct(sm, 99) / pct(em, 99):.2f}x, hit p50 {pct(sh, 50) / pct(eh, 50):.2f}x, "
+                  f"hit p99 {pct(sh, 99) / pct(eh, 99):.2f}x")
     finally:
         stop(*procs)
 
