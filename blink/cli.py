@@ -65,6 +65,10 @@ def serve(
     exact_cache: Annotated[bool, typer.Option("--exact-cache", help="Serve repeated deterministic requests from the cache.")] = False,
     semantic_cache: Annotated[bool, typer.Option("--semantic-cache", help="Also serve guarded near-duplicate questions (implies --exact-cache).")] = False,
     engine: Annotated[str | None, typer.Option(help="embedded (default) | vllm: launch and supervise a local `vllm serve --model` and route to it.")] = None,
+    safety: Annotated[str | None, typer.Option(help="Safety filter: async (checked after the response) | blocking (input + per-sentence output).")] = None,
+    embeddings: Annotated[bool, typer.Option("--embeddings", help="Serve POST /v1/embeddings with the ONNX encoder (dynamic batching).")] = False,
+    max_batch_size: Annotated[int | None, typer.Option(help="Model server: largest batch (1 = no dynamic batching).")] = None,
+    batch_window_ms: Annotated[float | None, typer.Option(help="Model server: how long a batch waits for company (ms).")] = None,
 ) -> None:
     """Start the OpenAI-compatible server."""
     from blink.serve import EmbeddedBackendMissingError, run
@@ -104,7 +108,8 @@ def serve(
     if engine == "vllm":
         model_flags["kind"] = "vllm"
     try:
-        settings = load_settings(config, server=server, model=model_flags, sections=_front_sections(api_keys, exact_cache, semantic_cache))
+        settings = load_settings(config, server=server, model=model_flags, sections=_front_sections(api_keys, exact_cache, semantic_cache)
+                                 | _model_server_sections(safety, embeddings, max_batch_size, batch_window_ms))
         run(settings)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
@@ -112,6 +117,17 @@ def serve(
     except EmbeddedBackendMissingError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+def _model_server_sections(safety: str | None, embeddings: bool, max_batch: int | None, window_ms: float | None) -> dict[str, Any]:
+    """--safety / --embeddings / batching flags as the ``safety`` and ``model_server`` sections."""
+    sections: dict[str, Any] = {}
+    if safety is not None:
+        sections["safety"] = {"enabled": safety != "off", "mode": "async" if safety == "off" else safety}
+    ms = _given(max_batch_size=max_batch, batch_window_ms=window_ms) | ({"embeddings": True} if embeddings else {})
+    if ms:
+        sections["model_server"] = ms
+    return sections
 
 
 def _front_sections(api_keys: bool, exact_cache: bool, semantic_cache: bool) -> dict[str, Any]:
