@@ -42,7 +42,7 @@ def _pick(models: ModelServer, name: str | None, kind: str) -> ServedModel:
 def _encode(rows: np.ndarray, fmt: str) -> list[object]:
     if fmt == "base64":  # little-endian float32, as OpenAI sends it
         return [base64.b64encode(r.astype("<f4").tobytes()).decode() for r in rows]
-    return [r.tolist() for r in rows]
+    return list(rows)  # numpy rows: orjson writes them directly (OPT_SERIALIZE_NUMPY)
 
 
 def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inputs: int) -> APIRouter:

@@ -42,6 +42,8 @@ class BatchConfig:
     timeout_s: float = 1.0
     # Items waiting beyond this are refused at once (503) rather than queued without bound.
     max_queue: int = 4096
+    # Skip the window while the previous batch held a single input (no concurrent load).
+    adaptive_window: bool = True
 
 
 @dataclass(slots=True)
@@ -59,6 +61,8 @@ class DynamicBatcher(Generic[In, Out]):
         self.config = config
         self.stats = BatchStats()
         self._run_batch = run_batch
+        # Size of the previous batch, written and read by the worker thread only.
+        self._last_size = 0
         self._queue: queue.Queue[_Item[In, Out] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name=f"blink-batch-{name}", daemon=True)
         self._thread.start()
@@ -97,7 +101,11 @@ class DynamicBatcher(Generic[In, Out]):
         self._thread.join(timeout=5)
 
     def _collect(self, first: _Item[In, Out]) -> tuple[list[_Item[In, Out]], bool]:
-        batch, deadline = [first], time.monotonic() + self.config.window_s
+        # Wait for company only under load (the last batch had some): a lone caller at
+        # concurrency 1 would otherwise pay the whole window for nothing.
+        idle = self.config.adaptive_window and self._last_size <= 1
+        window = 0.0 if idle else self.config.window_s
+        batch, deadline = [first], time.monotonic() + window
         while len(batch) < self.config.max_batch_size:
             remaining = deadline - time.monotonic()
             try:
@@ -116,6 +124,7 @@ class DynamicBatcher(Generic[In, Out]):
             if first is None:
                 return
             batch, stop = self._collect(first)
+            self._last_size = len(batch)
             self._execute(batch)
 
     def _execute(self, batch: list[_Item[In, Out]]) -> None:

@@ -31,7 +31,7 @@ class Squarer:
 
 async def test_each_caller_gets_its_own_rows_in_order() -> None:
     fn = Squarer()
-    b = DynamicBatcher("sq", fn, BatchConfig(max_batch_size=64, window_s=0.02))
+    b = DynamicBatcher("sq", fn, BatchConfig(max_batch_size=64, window_s=0.02, adaptive_window=False))
     try:
         inputs = [list(range(i * 10, i * 10 + 1 + i % 4)) for i in range(16)]
         outs = await asyncio.gather(*(b.run(xs) for xs in inputs))
@@ -66,7 +66,7 @@ async def test_batching_off_runs_one_input_per_call() -> None:
 
 async def test_a_failing_batch_fails_only_its_members() -> None:
     fn = Squarer(delay_s=0.05)
-    b = DynamicBatcher("sq", fn, BatchConfig(max_batch_size=8, window_s=0.01))
+    b = DynamicBatcher("sq", fn, BatchConfig(max_batch_size=8, window_s=0.01, adaptive_window=False))
     try:
         first = asyncio.ensure_future(b.run([1, 2]))  # batch A: clean
         await asyncio.sleep(0.03)  # A is computing; the next three queue together as batch B
@@ -84,7 +84,7 @@ async def test_a_failing_batch_fails_only_its_members() -> None:
 
 def test_sync_callers_on_threads_share_batches() -> None:
     fn = Squarer()
-    b = DynamicBatcher("sq", fn, BatchConfig(max_batch_size=32, window_s=0.05))
+    b = DynamicBatcher("sq", fn, BatchConfig(max_batch_size=32, window_s=0.05, adaptive_window=False))
     results: dict[int, list[int]] = {}
     start = threading.Barrier(6)
 
@@ -117,5 +117,17 @@ async def test_queue_wait_beyond_timeout_fails_with_504_and_full_queue_with_503(
         with pytest.raises(BackendTimeoutError):
             await late
         assert b.stats.timed_out == 1 and b.stats.rejected == 4
+    finally:
+        b.close()
+
+
+async def test_adaptive_window_skips_the_wait_for_a_lone_caller() -> None:
+    fn = Squarer()
+    b = DynamicBatcher("sq", fn, BatchConfig(max_batch_size=8, window_s=0.5))
+    try:
+        t0 = time.perf_counter()
+        for i in range(3):  # one caller at a time: never waits the 0.5 s window
+            await b.run([i])
+        assert time.perf_counter() - t0 < 0.4 and fn.batches == [[0], [1], [2]]
     finally:
         b.close()
