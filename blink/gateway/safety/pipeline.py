@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from blink.gateway.safety.checks import Check
@@ -16,9 +15,9 @@ class SafetyPipeline:
     async def check(self, text: str) -> Verdict:
         if not text:
             return Verdict()
-        if len(self.checks) == 1:
-            return await self.checks[0].check(text)
+        # In turn, not gathered: the built-in checks never suspend, and a task per check would
+        # cost more CPU than the checks themselves (~20-60 us each).
         verdict = Verdict()
-        for v in await asyncio.gather(*(c.check(text) for c in self.checks)):
-            verdict.merge(v)
+        for c in self.checks:
+            verdict.merge(await c.check(text))
         return verdict

@@ -82,7 +82,7 @@ class SafetyStage:
         try:
             prompt = input_text(req)
             answers = output_texts(rendered)
-            verdicts = await asyncio.gather(*(self.pipeline.check(t) for t in [prompt, *answers]))
+            verdicts = [await self.pipeline.check(t) for t in [prompt, *answers]]
         except Exception:
             self.counters.errors += 1
             log.exception("safety check failed for %s (not cached)", req.request_id)
