@@ -191,7 +191,10 @@ class ModelRunner:
             # Pad with block 0: any real block works, the mask hides it.
             padded = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long)
             ctx = torch.tensor(positions, dtype=torch.long)
-            mask = torch.arange(width * bs)[None, :] <= ctx[:, None]
+            # Additive float mask made once per step: SDPA turns a bool mask into one on every
+            # call, i.e. in every layer.
+            hidden = torch.arange(width * bs)[None, :] > ctx[:, None]
+            mask = torch.zeros(hidden.shape, dtype=self.dtype).masked_fill_(hidden, float("-inf"))
             meta.num_decode = len(decodes)
             meta.decode_block_tables = padded.to(self.device, non_blocking=True)
             meta.decode_mask = mask[:, None, None, :].to(self.device, non_blocking=True)

@@ -40,7 +40,7 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor  # [T] int64, cache slot of every scheduled token
     num_decode: int = 0
     decode_block_tables: torch.Tensor | None = None  # [num_decode, max_blocks] int64 (padded)
-    decode_mask: torch.Tensor | None = None  # [num_decode, 1, 1, max_blocks * block_size] bool
+    decode_mask: torch.Tensor | None = None  # [num_decode, 1, 1, max_blocks * block_size] bool or additive float
     prefills: list[PrefillChunk] = field(default_factory=list)
     decode_workspace: torch.Tensor | None = None  # gather scratch shared by all layers
 

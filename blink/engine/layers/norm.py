@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -11,6 +12,8 @@ class RMSNorm(nn.Module):
 
     Variance is taken in float32 and the weight is applied after casting back, exactly like
     ``transformers``' ``LlamaRMSNorm``, so bf16 outputs round the same way as the reference.
+    ``F.rms_norm`` is one fused kernel instead of five ops (pow, mean, add, rsqrt, mul) and gives
+    bit-identical results here (checked for fp32 and bf16 on this CPU).
     """
 
     def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
@@ -19,10 +22,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size))
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.to(torch.float32)
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        shape = (x.shape[-1],)
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return F.rms_norm(x, shape, self.weight, self.eps)
+        return self.weight * F.rms_norm(x.to(torch.float32), shape, None, self.eps).to(x.dtype)
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None

@@ -94,15 +94,17 @@ class LlamaAttention(nn.Module):
         self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         tokens = hidden.shape[0]
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(tokens, self.num_heads, self.head_dim)
-        k = k.view(tokens, self.num_kv_heads, self.head_dim)
-        v = v.view(tokens, self.num_kv_heads, self.head_dim)
+        qkv = self.qkv_proj(hidden)
+        v = qkv[:, self.q_size + self.kv_size :].view(tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
-            q = self.q_norm(q)
-            k = self.k_norm(k)
-        q = apply_rotary(q, cos, sin)
-        k = apply_rotary(k, cos, sin)
+            q, k, _ = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+            q = apply_rotary(self.q_norm(q.view(tokens, self.num_heads, self.head_dim)), cos, sin)
+            k = apply_rotary(self.k_norm(k.view(tokens, self.num_kv_heads, self.head_dim)), cos, sin)
+        else:
+            # Q and K sit side by side in the fused output: one rotary pass over both heads' sets
+            # halves the rope ops per layer.
+            qk = qkv[:, : self.q_size + self.kv_size].view(tokens, -1, self.head_dim)
+            q, k = apply_rotary(qk, cos, sin).split([self.num_heads, self.num_kv_heads], dim=1)
         return self.o_proj(self.attn(q, k, v, meta))
 
 
