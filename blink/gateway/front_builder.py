@@ -12,6 +12,7 @@ from blink.gateway.cache.stage import ResponseCache
 from blink.gateway.cache.store import CacheStore
 from blink.gateway.front import GatewayFront
 from blink.gateway.ratelimit import RateLimiter
+from blink.gateway.safety.metrics import SafetyCollector
 from blink.gateway.safety.stage import SafetyStage
 from blink.gateway.store_errors import StoreErrorRelay, StoreErrorSink
 from blink.modelserver.clients import EncoderClient
@@ -94,6 +95,8 @@ def build_front_factory(
 
     def factory(metrics: GatewayMetrics) -> GatewayFront:
         errors.bind(metrics)
+        if safety is not None:
+            metrics.registry.register(SafetyCollector(safety))
         return GatewayFront(cache, limiter, safety)
 
     return factory

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import orjson
 import pytest
@@ -135,6 +136,8 @@ def test_flagged_answers_never_enter_the_cache(gateway: LiveServer, sink: tuple[
     _, again = _ask(client, prompt, stream)
     assert again == "miss"
     _wait(lambda: any(f"({stream})" in r["output"][0] and r["categories"] == ["blocklist"] for r in sink[0].reports))
+    metrics = httpx.get(f"{gateway.url}/metrics").text
+    assert 'blink_safety_flagged_total{category="blocklist"}' in metrics and "blink_safety_checked_total" in metrics
 
 
 def test_clean_answers_are_cached_and_answers_with_pii_are_not(gateway: LiveServer) -> None:
