@@ -72,7 +72,7 @@ class DynamicBatcher(Generic[In, Out]):
             self.stats.rejected += len(values)
             raise OverloadedError(f"Model '{self.name}' has too many queued inputs; retry shortly.")
         now = time.monotonic()
-        items = [_Item(v, Future(), now) for v in values]
+        items: list[_Item[In, Out]] = [_Item(v, Future(), now) for v in values]
         for item in items:
             self._queue.put(item)
         return [item.future for item in items]

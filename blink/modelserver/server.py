@@ -25,14 +25,18 @@ class TokenCounter(Protocol):
 
 class EncoderRunner(Protocol):
     dim: int
-    tokenizer: TokenCounter
+
+    @property
+    def tokenizer(self) -> TokenCounter: ...
 
     def __call__(self, texts: list[str]) -> np.ndarray: ...
 
 
 class ClassifierRunner(Protocol):
     labels: list[str]
-    tokenizer: TokenCounter
+
+    @property
+    def tokenizer(self) -> TokenCounter: ...
 
     def __call__(self, texts: list[str]) -> np.ndarray: ...
 
