@@ -46,9 +46,31 @@ class OutputBatch(msgspec.Struct, array_like=True):
     stats: EngineStats
 
 
+def configure_threads(threads: int) -> None:
+    """Cap this process's compute threads before torch starts any pool.
+
+    ``threads`` intra-op threads (0 = torch's default) and one inter-op thread: the step loop
+    never runs ops concurrently, and torch's default inter-op pool (one per core) plus OpenMP's
+    own default would oversubscribe the cores left to the gateway. The environment variables
+    reach OpenMP/MKL only if set before their first parallel region, so this runs first thing.
+    """
+    if threads > 0:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already fixed once a parallel op has run; nothing to do
+        pass
+
+
 def run_engine_core(config_dict: dict[str, Any], model_path: str, input_addr: str, output_addr: str) -> None:
     """Process entry point: build the engine, announce readiness, then loop forever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    configure_threads(int(config_dict.get("threads", 0)))
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
     pull.connect(input_addr)
