@@ -53,7 +53,8 @@ def start_server(model: Path, port: int, tmp: Path, cores: set[int] | None, args
     config = {
         "server": {"port": port, "log_level": "warning"},
         "models": [{"name": "m", "kind": "embedded", "model": str(model), "dtype": "bfloat16", "threads": 1,
-                    "max_num_seqs": args.max_num_seqs, "max_batch_seqs": args.max_batch_seqs}],
+                    "max_num_seqs": args.max_num_seqs, "max_batch_seqs": args.max_batch_seqs,
+                    "max_batch_tokens": args.max_batch_tokens}],
         # As many lines in flight as the engine has slots: the scheduler decides what runs.
         "batch": {"path": str(tmp / "batch.db"), "max_concurrency": args.max_num_seqs},
     }
@@ -65,12 +66,14 @@ def start_server(model: Path, port: int, tmp: Path, cores: set[int] | None, args
     return proc
 
 
-def prompt(i: int) -> str:
-    return f"Request {i}: summarise the following note about item {i * 37 % 101} in one short sentence."
+def prompt(i: int, tag: str) -> str:
+    """Same length in every phase; the leading tag keeps one phase from hitting the prefix cache
+    with another phase's prompts (which would flatter whichever phase runs second)."""
+    return f"{tag} request {i}: summarise the following note about item {i * 37 % 101} in one short sentence."
 
 
-async def interactive_one(client: httpx.AsyncClient, i: int, max_tokens: int) -> float:
-    body = {"model": "m", "messages": [{"role": "user", "content": prompt(10_000 + i)}], "max_tokens": max_tokens,
+async def interactive_one(client: httpx.AsyncClient, i: int, max_tokens: int, tag: str) -> float:
+    body = {"model": "m", "messages": [{"role": "user", "content": prompt(i, tag)}], "max_tokens": max_tokens,
             "temperature": 0, "stream": True}
     t0 = time.perf_counter()
     ttft: float | None = None
@@ -84,13 +87,13 @@ async def interactive_one(client: httpx.AsyncClient, i: int, max_tokens: int) ->
     return ttft
 
 
-async def interactive_load(client: httpx.AsyncClient, n: int, rate: float, max_tokens: int,
+async def interactive_load(client: httpx.AsyncClient, n: int, rate: float, max_tokens: int, tag: str,
                            stop_when: asyncio.Event | None = None) -> list[float]:
     tasks = []
     for i in range(n):
         if stop_when is not None and stop_when.is_set():
             break
-        tasks.append(asyncio.create_task(interactive_one(client, i, max_tokens)))
+        tasks.append(asyncio.create_task(interactive_one(client, i, max_tokens, tag)))
         await asyncio.sleep(1.0 / rate)
     return list(await asyncio.gather(*tasks))
 
@@ -99,7 +102,7 @@ async def run_batch(client: httpx.AsyncClient, lines: int, max_tokens: int, tag:
                     started: asyncio.Event | None = None) -> tuple[float, int]:
     """Seconds from creation to completion, and completion tokens produced."""
     data = b"".join(orjson.dumps({"custom_id": f"{tag}-{i}", "method": "POST", "url": "/v1/chat/completions",
-                                  "body": {"model": "m", "messages": [{"role": "user", "content": prompt(i)}],
+                                  "body": {"model": "m", "messages": [{"role": "user", "content": prompt(i, tag)}],
                                            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}})
                     + b"\n" for i in range(lines))
     up = (await client.post("/v1/files", files={"file": (f"{tag}.jsonl", data)}, data={"purpose": "batch"})).json()
@@ -121,18 +124,18 @@ async def run_batch(client: httpx.AsyncClient, lines: int, max_tokens: int, tag:
 async def main_async(args: argparse.Namespace, port: int) -> None:
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits) as client:
-        await interactive_load(client, 4, 4.0, args.max_tokens)  # warm-up: both lanes, every batch size
-        await run_batch(client, 2 * args.max_num_seqs, args.batch_max_tokens, "warmup")
+        await interactive_load(client, 4, 4.0, args.max_tokens, "warm")  # warm-up: both lanes, every batch size
+        await run_batch(client, 2 * args.max_num_seqs, args.batch_max_tokens, "warm")
         print(f"phase 1: {args.interactive} interactive requests at {args.rate}/s, alone", flush=True)
-        alone = await interactive_load(client, args.interactive, args.rate, args.max_tokens)
+        alone = await interactive_load(client, args.interactive, args.rate, args.max_tokens, "solo")
         print(f"phase 2: {args.lines}-line batch, alone", flush=True)
-        batch_alone_s, tokens_alone = await run_batch(client, args.lines, args.batch_max_tokens, "alone")
+        batch_alone_s, tokens_alone = await run_batch(client, args.lines, args.batch_max_tokens, "lone")
         print("phase 3: the same batch with the interactive load on top", flush=True)
         started, done = asyncio.Event(), asyncio.Event()
-        batch_task = asyncio.create_task(run_batch(client, args.lines, args.batch_max_tokens, "mixed", started))
+        batch_task = asyncio.create_task(run_batch(client, args.lines, args.batch_max_tokens, "both", started))
         batch_task.add_done_callback(lambda _: done.set())
         await started.wait()  # measure against a batch in steady state
-        mixed = await interactive_load(client, args.interactive, args.rate, args.max_tokens, stop_when=done)
+        mixed = await interactive_load(client, args.interactive, args.rate, args.max_tokens, "chat", stop_when=done)
         batch_mixed_s, tokens_mixed = await batch_task
     if not done.is_set() or len(mixed) < args.interactive:
         print(f"note: the batch finished before the interactive phase ended ({len(mixed)} of {args.interactive} "
@@ -141,6 +144,7 @@ async def main_async(args: argparse.Namespace, port: int) -> None:
     thr_alone, thr_mixed = args.lines / batch_alone_s, args.lines / batch_mixed_s
     print(f"\nshape={args.shape} lines={args.lines} batch max_tokens={args.batch_max_tokens} "
           f"max_num_seqs={args.max_num_seqs} max_batch_seqs={args.max_batch_seqs} "
+          f"max_batch_tokens={args.max_batch_tokens} "
           f"interactive={len(alone)}/{len(mixed)} at {args.rate}/s max_tokens={args.max_tokens}")
     print(f"interactive TTFT alone:      p50 {p50a:7.1f} ms  p99 {p99a:7.1f} ms")
     print(f"interactive TTFT with batch: p50 {p50m:7.1f} ms  p99 {p99m:7.1f} ms")
@@ -165,6 +169,8 @@ def main() -> None:
     ap.add_argument("--max-num-seqs", type=int, default=32)
     ap.add_argument("--max-batch-seqs", type=int, default=8,
                     help="batch sequences running at once (0 = no cap): bounds an interactive request's wait")
+    ap.add_argument("--max-batch-tokens", type=int, default=64,
+                    help="tokens the batch lane computes per step (0 = no cap): spreads batch prefill")
     args = ap.parse_args()
     server_cores, client_cores = split_cores()
     if client_cores:

@@ -288,6 +288,7 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
         max_num_seqs=ms.max_num_seqs,
         max_num_batched_tokens=ms.max_num_batched_tokens,
         max_batch_seqs=getattr(ms, "max_batch_seqs", 0),
+        max_batch_tokens=getattr(ms, "max_batch_tokens", 0),
         max_model_len=ms.max_model_len or 0,
         enable_prefix_caching=ms.enable_prefix_caching,
         enable_chunked_prefill=ms.enable_chunked_prefill,

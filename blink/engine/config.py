@@ -20,6 +20,10 @@ class EngineConfig:
     # that arrives mid-step waits for that step, whose length grows with the batch lane's share,
     # so a cap bounds the batch lane's effect on interactive TTFT (and its throughput).
     max_batch_seqs: int = 0
+    # Tokens batch-priority sequences may compute per step (0 = whatever the budget leaves).
+    # Admitting several batch prompts at once makes one long prefill step; capping it spreads
+    # their prefill (chunked) over short steps.
+    max_batch_tokens: int = 0
     # Token budget per step (prefill chunks + decodes together).
     max_num_batched_tokens: int = 1024
     # 0 = use the model's max_position_embeddings.

@@ -11,7 +11,8 @@ Priority classes (``SamplingParams.priority``: voice > interactive > batch): eac
 running voice/interactive requests, then admits waiting ones (preempting running batch requests
 when slots or blocks are short), and only then gives what is left of the budget and slots to
 batch requests. So batch work fills spare capacity, is preempted first, and a new interactive
-request is scheduled in the first step after it arrives, as if no batch work were running.
+request is scheduled in the first step after it arrives, as if no batch work were running; a
+step computing an urgent request's first token carries no batch work at all.
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ class Scheduler:
     def __init__(
         self, config: EngineConfig, block_manager: BlockManager, lookahead: LookaheadFn | None = None
     ) -> None:
-        if config.max_num_seqs < 1 or config.max_num_batched_tokens < 1 or config.max_batch_seqs < 0:
-            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1, max_batch_seqs >= 0")
+        if config.max_num_seqs < 1 or config.max_num_batched_tokens < 1 or min(config.max_batch_seqs,
+                                                                                config.max_batch_tokens) < 0:
+            raise ValueError("max_num_seqs and max_num_batched_tokens must be >= 1, the batch caps >= 0")
         self.config = config
         self.block_manager = block_manager
         self.lookahead = lookahead
@@ -173,9 +175,14 @@ class Scheduler:
         # Admitting while preempting would only thrash: wait for running requests to drain.
         if not preempted and not finished:
             i, budget = self._admit(i, scheduled, budget, BATCH_RANK - 1, preempted, finished)
-        i, budget = self._schedule_running(i, budget, len(PRIORITY_RANK), scheduled, preempted, finished)
-        if not preempted and not finished:
-            self._admit(i, scheduled, budget, BATCH_RANK, preempted, finished)
+        # A step that computes an urgent request's first token runs without batch work, so
+        # that step is as short as it would be with no batch running (batch waits one step).
+        if not any(s.seq.num_output_tokens == 0 for s in scheduled):
+            cap = self.config.max_batch_tokens
+            budget = min(budget, cap) if cap > 0 else budget
+            i, budget = self._schedule_running(i, budget, len(PRIORITY_RANK), scheduled, preempted, finished)
+            if not preempted and not finished:
+                self._admit(i, scheduled, budget, BATCH_RANK, preempted, finished)
 
         return SchedulerOutput(
             scheduled=scheduled,

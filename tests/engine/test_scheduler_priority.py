@@ -123,11 +123,12 @@ def test_batch_fills_spare_slots_and_budget_only() -> None:
     sched.add(seq("i1", [4, 5, 6], 30))
     for b in range(6):
         sched.add(seq(f"b{b}", [7 + b, 8, 9, 10, 11, 12, 13, 14, 15, 16], 5, "batch"))
-    first = loop.step()
-    # Interactive first; the two free slots go to batch with what is left of the budget (16 - 6).
-    assert first[:2] == ["i0", "i1"]
-    assert [r for r in first if r.startswith("b")] == ["b0"]
-    assert sched.num_running == 3
+    # The step computing the interactive first tokens carries no batch work...
+    assert loop.step() == ["i0", "i1"]
+    # ...then the two free slots go to batch requests, with what is left of the budget (16 - 2).
+    second = loop.step()
+    assert second[:2] == ["i0", "i1"] and sorted(second[2:]) == ["b0", "b1"]
+    assert sched.num_running == 4
     while len(loop.first_token_step) < 4:
         scheduled = loop.step()
         assert len(scheduled) <= 4 and scheduled[:2] == ["i0", "i1"]
@@ -145,10 +146,14 @@ def test_running_batch_is_preempted_for_an_interactive_slot() -> None:
     assert sched.num_running == 2
     sched.add(seq("chat", [7, 8, 9], 3))
     out = sched.schedule()
-    assert [s.seq.request_id for s in out.scheduled] == ["chat", "b0"]
+    assert [s.seq.request_id for s in out.scheduled] == ["chat"]  # its first-token step runs alone
     assert [q.request_id for q in out.preempted] == ["b1"]  # the newest batch request goes
     assert sched.waiting[0].request_id == "b1"
     sched.update_after_step(out)
+    chat = sched.get("chat")
+    assert chat is not None
+    chat.append_token(next_token(chat.token_ids))  # its first token: batch work resumes next step
+    assert [s.seq.request_id for s in sched.schedule().scheduled] == ["chat", "b0"]
 
 
 def test_voice_is_admitted_before_interactive_before_batch() -> None:
@@ -193,4 +198,26 @@ def test_max_batch_seqs_caps_the_batch_lane_only() -> None:
         assert sched.running_by_rank()[2] <= 2  # never more than two batch sequences at once
     assert len(loop.outputs) == 8
     assert loop.first_token_step["c2"] == 1  # interactive requests are not capped
+    assert_no_leaks(sched)
+
+
+def test_max_batch_tokens_spreads_batch_prefill_over_short_steps() -> None:
+    cfg = EngineConfig(model="dummy", block_size=4, max_num_seqs=8, max_num_batched_tokens=64, max_batch_tokens=12)
+    sched = Scheduler(cfg, BlockManager(64, 4, True))
+    loop = Loop(sched)
+    prompts = {f"b{b}": [1 + b] + list(range(2, 11)) for b in range(4)}  # 10 tokens each
+    for rid, p in prompts.items():
+        sched.add(seq(rid, p, 3, "batch"))
+    while sched.has_unfinished():
+        out_before = sched.schedule()
+        assert out_before.num_batched_tokens <= 12
+        sched.update_after_step(out_before)
+        for s in out_before.scheduled:
+            q = s.seq
+            if q.is_prefill_done and q.status is SequenceStatus.RUNNING:
+                q.append_token(next_token(q.token_ids))
+                if q.check_stop(0):
+                    sched.finish(q, "length")
+                    loop.outputs[q.request_id] = q.output_token_ids
+    assert all(loop.outputs[r] == reference(p, 3) for r, p in prompts.items())
     assert_no_leaks(sched)
