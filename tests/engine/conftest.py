@@ -1,0 +1,25 @@
+"""Engine-only fixtures (the shared tiny checkpoints live in tests/conftest.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# 300 AdamW steps of 8 x 128 tokens: ~10 s on one core, the point where the held-out top-1
+# probability has risen from chance to ~0.16 (measured; 600 steps buys little more).
+TRAIN_STEPS = 300
+
+
+@pytest.fixture(scope="session")
+def trained_tiny_llama(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> Path:
+    """A tiny Llama trained briefly on the tokenizer's corpus (see tests/engine/trained_tiny.py)."""
+    import torch
+
+    from blink.demo.tiny import build_tiny_checkpoint
+    from tests.engine.trained_tiny import corpus_ids, train_checkpoint
+
+    torch.set_num_threads(1)
+    src = build_tiny_checkpoint(tmp_path_factory.mktemp("untrained"), "llama", tokenizer_dir=tiny_tokenizer_dir)
+    ids = corpus_ids(tiny_tokenizer_dir)
+    return train_checkpoint(src, tmp_path_factory.mktemp("trained-llama"), ids, TRAIN_STEPS)
