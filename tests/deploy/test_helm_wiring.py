@@ -83,10 +83,16 @@ def test_gateway_config_loads_into_settings(variant: str, tmp_path: Path, monkey
         assert settings.ratelimit.storage_uri.startswith(("redis://", "postgresql://external"))
     else:
         assert settings.ratelimit.storage_uri == "memory://"
-    if values.get("postgres"):
-        assert settings.cache.store == "postgres" and settings.cache.postgres_dsn
+    if values.get("redis"):
+        assert settings.cache.store == "redis" and settings.cache.redis_url == settings.ratelimit.storage_uri
+    elif values.get("postgres"):
+        assert settings.cache.store == "postgres"
     else:
-        assert settings.cache.store == "sqlite" and settings.cache.postgres_dsn is None
+        assert settings.cache.store == "sqlite" and settings.cache.redis_url is None
+    if values.get("postgres"):
+        assert settings.cache.postgres_dsn and settings.auth.postgres_dsn == settings.cache.postgres_dsn
+    else:
+        assert settings.cache.postgres_dsn is None and settings.auth.postgres_dsn is None
     for key, section in values.get("config", {}).items():
         for field, value in section.items():
             actual = getattr(getattr(settings, key), field)
@@ -191,10 +197,12 @@ def test_vllm_gets_gpus_and_latency_flags() -> None:
     assert any(t["key"] == "nvidia.com/gpu" for t in deploy["spec"]["template"]["spec"]["tolerations"])
     cfg = gateway_yaml(docs)
     service = named(docs, "Service", f"{RELEASE}-blink-vllm")
-    large = next(m for m in cfg["models"] if m["name"] == "large")
-    assert large["base_url"] == f"http://{service['metadata']['name']}.{NAMESPACE}.svc:{service['spec']['ports'][0]['port']}/v1"
     headless = named(docs, "Service", f"{RELEASE}-blink-vllm-headless")
     assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["selector"] == service["spec"]["selector"]
+    # The gateway resolves the headless name to every ready replica and health-checks each one.
+    large = Settings.model_validate(cfg).models[[m["name"] for m in cfg["models"]].index("large")]
+    assert large.base_url == f"http://{headless['metadata']['name']}.{NAMESPACE}.svc:{headless['spec']['ports'][0]['port']}/v1"
+    assert large.discovery.mode == "dns" and large.discovery.health_path == c["readinessProbe"]["httpGet"]["path"]
     cloud = next(m for m in cfg["models"] if m["name"] == "cloud")
     assert cloud["kind"] == "openai_http"
     gw_env = {e["name"] for e in container(one(docs, "Deployment", "gateway"))["env"]}

@@ -85,9 +85,12 @@ URL, PostgreSQL DSN, upstream keys) never appear here: they arrive as BLINK_* en
 {{- end }}
 {{- if .Values.vllm.enabled }}
 {{- $v := .Values.vllm }}
-{{- $svc := include "blink.component" (dict "root" . "component" "vllm") }}
+{{- /* The headless Service's DNS name resolves to every ready replica: the gateway balances
+across them itself (discovery mode dns) and health-checks each on vLLM's /health. */}}
+{{- $svc := include "blink.component" (dict "root" . "component" "vllm-headless") }}
 {{- $url := printf "http://%s:%d/v1" (include "blink.svcHost" (dict "root" . "name" $svc)) (int $v.port) }}
-{{- $models = append $models (dict "name" $v.servedModelName "kind" "openai_http" "base_url" $url "upstream_model" $v.servedModelName) }}
+{{- $discovery := dict "mode" "dns" "health_path" "/health" }}
+{{- $models = append $models (dict "name" $v.servedModelName "kind" "openai_http" "base_url" $url "upstream_model" $v.servedModelName "discovery" $discovery) }}
 {{- $default = default $v.servedModelName $default }}
 {{- end }}
 {{- range .Values.upstreams }}
@@ -97,7 +100,10 @@ URL, PostgreSQL DSN, upstream keys) never appear here: they arrive as BLINK_* en
 {{- if $default }}
 {{- $_ := set $cfg "default_model" $default }}
 {{- end }}
-{{- if include "blink.hasPostgres" . }}
+{{- /* Exact entries in Redis (vectors in PostgreSQL when it is there too); API keys in PostgreSQL. */}}
+{{- if include "blink.hasRedis" . }}
+{{- $_ := set $cfg "cache" (dict "store" "redis") }}
+{{- else if include "blink.hasPostgres" . }}
 {{- $_ := set $cfg "cache" (dict "store" "postgres") }}
 {{- end }}
 {{- toYaml (mergeOverwrite $cfg (deepCopy .Values.config)) }}
@@ -116,19 +122,23 @@ URL, PostgreSQL DSN, upstream keys) never appear here: they arrive as BLINK_* en
 {{/* Gateway env from Secrets: store URLs and upstream API keys (never in the ConfigMap). */}}
 {{- define "blink.gatewaySecretEnv" -}}
 {{- $own := include "blink.fullname" . }}
-{{- if or .Values.redis.enabled .Values.redis.url }}
-- name: BLINK_RATELIMIT__STORAGE_URI
+{{- range $var := list "BLINK_RATELIMIT__STORAGE_URI" "BLINK_CACHE__REDIS_URL" }}
+{{- if or $.Values.redis.enabled $.Values.redis.url }}
+- name: {{ $var }}
   valueFrom: {secretKeyRef: {name: {{ $own }}, key: BLINK_RATELIMIT__STORAGE_URI}}
-{{- else if .Values.redis.existingSecret.name }}
-- name: BLINK_RATELIMIT__STORAGE_URI
-  valueFrom: {secretKeyRef: {name: {{ .Values.redis.existingSecret.name }}, key: {{ .Values.redis.existingSecret.key }}}}
+{{- else if $.Values.redis.existingSecret.name }}
+- name: {{ $var }}
+  valueFrom: {secretKeyRef: {name: {{ $.Values.redis.existingSecret.name }}, key: {{ $.Values.redis.existingSecret.key }}}}
 {{- end }}
-{{- if or .Values.postgres.enabled .Values.postgres.dsn }}
-- name: BLINK_CACHE__POSTGRES_DSN
+{{- end }}
+{{- range $var := list "BLINK_CACHE__POSTGRES_DSN" "BLINK_AUTH__POSTGRES_DSN" }}
+{{- if or $.Values.postgres.enabled $.Values.postgres.dsn }}
+- name: {{ $var }}
   valueFrom: {secretKeyRef: {name: {{ $own }}, key: BLINK_CACHE__POSTGRES_DSN}}
-{{- else if .Values.postgres.existingSecret.name }}
-- name: BLINK_CACHE__POSTGRES_DSN
-  valueFrom: {secretKeyRef: {name: {{ .Values.postgres.existingSecret.name }}, key: {{ .Values.postgres.existingSecret.key }}}}
+{{- else if $.Values.postgres.existingSecret.name }}
+- name: {{ $var }}
+  valueFrom: {secretKeyRef: {name: {{ $.Values.postgres.existingSecret.name }}, key: {{ $.Values.postgres.existingSecret.key }}}}
+{{- end }}
 {{- end }}
 {{- range $k, $v := .Values.secrets.env }}
 - name: {{ $k }}
