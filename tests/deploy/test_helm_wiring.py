@@ -77,8 +77,7 @@ def test_gateway_config_loads_into_settings(variant: str, tmp_path: Path, monkey
     service = one(docs, "Service", "gateway")
     assert service["spec"]["ports"][0]["targetPort"] == "http"
     assert container(one(docs, "Deployment", "gateway"))["ports"][0]["containerPort"] == settings.server.port
-    served = {m.name for m in settings.models} | {r.name for r in settings.routes}
-    assert settings.default_model in served
+    assert settings.default_model in {m.name for m in settings.models}
     if values.get("redis"):
         assert settings.ratelimit.storage_uri.startswith(("redis://", "postgresql://external"))
     else:
@@ -133,13 +132,12 @@ def test_engine_replicas_are_real_blink_servers_the_gateway_routes_to(
     headless = named(docs, "Service", sts["spec"]["serviceName"])
     assert headless["spec"]["clusterIP"] == "None"
     settings = gateway_settings(docs, tmp_path, monkeypatch)
-    (route,) = settings.routes
-    assert route.name == params["served_model_name"]
-    replicas = {m.name: m for m in settings.models}
-    pods = [f"{sts['metadata']['name']}-{i}" for i in range(sts["spec"]["replicas"])]
-    urls = [replicas[name].base_url for name in route.tiers[0].replicas]
-    assert urls == [f"http://{pod}.{headless['metadata']['name']}.{NAMESPACE}.svc:{params['port']}/v1" for pod in pods]
-    assert {replicas[name].upstream_model for name in route.tiers[0].replicas} == {params["served_model_name"]}
+    (pool,) = settings.models
+    assert pool.name == settings.default_model == params["served_model_name"] == pool.upstream_model
+    # One pooled model over the headless Service: every ready replica, health-checked on /ready.
+    assert pool.base_url == f"http://{headless['metadata']['name']}.{NAMESPACE}.svc:{params['port']}/v1"
+    assert pool.discovery.mode == "dns" and pool.discovery.health_path == engine["readinessProbe"]["httpGet"]["path"]
+    assert headless["spec"]["ports"][0]["port"] == params["port"]
 
 
 async def test_probes_and_hpa_metric_exist_on_the_gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

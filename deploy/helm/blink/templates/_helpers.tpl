@@ -62,25 +62,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- if or .Values.postgres.enabled .Values.postgres.dsn .Values.postgres.existingSecret.name }}true{{ end }}
 {{- end }}
 
-{{/* The gateway's blink.yaml: models for every engine / vLLM replica, a route over each pool,
-the shared stores, then .Values.config merged on top (the user's settings win). Secrets (Redis
+{{/* The gateway's blink.yaml: one pooled model per engine / vLLM Service, the shared stores, then .Values.config merged on top (the user's settings win). Secrets (Redis
 URL, PostgreSQL DSN, upstream keys) never appear here: they arrive as BLINK_* env vars. */}}
 {{- define "blink.gatewayConfig" -}}
 {{- $models := list }}
-{{- $routes := list }}
 {{- $default := "" }}
 {{- if .Values.engine.enabled }}
 {{- $e := .Values.engine }}
+{{- /* One pooled model over the headless Service: the gateway resolves it to every ready replica,
+balances across them and health-checks each on /ready (model loaded). Its own /ready stays up
+while any replica is. */}}
 {{- $headless := include "blink.component" (dict "root" . "component" "engine-headless") }}
-{{- $replicas := list }}
-{{- range $i := until (int $e.replicas) }}
-{{- $pod := printf "%s-%d" (include "blink.component" (dict "root" $ "component" "engine")) $i }}
-{{- $name := printf "%s-engine-%d" $e.servedModelName $i }}
-{{- $url := printf "http://%s.%s:%d/v1" $pod (include "blink.svcHost" (dict "root" $ "name" $headless)) (int $e.port) }}
-{{- $models = append $models (dict "name" $name "kind" "openai_http" "base_url" $url "upstream_model" $e.servedModelName) }}
-{{- $replicas = append $replicas $name }}
-{{- end }}
-{{- $routes = append $routes (dict "name" $e.servedModelName "tiers" (list (dict "name" "engine" "replicas" $replicas))) }}
+{{- $url := printf "http://%s:%d/v1" (include "blink.svcHost" (dict "root" . "name" $headless)) (int $e.port) }}
+{{- $discovery := dict "mode" "dns" "health_path" "/ready" }}
+{{- $models = append $models (dict "name" $e.servedModelName "kind" "openai_http" "base_url" $url "upstream_model" $e.servedModelName "discovery" $discovery) }}
 {{- $default = $e.servedModelName }}
 {{- end }}
 {{- if .Values.vllm.enabled }}
@@ -96,7 +91,7 @@ across them itself (discovery mode dns) and health-checks each on vLLM's /health
 {{- range .Values.upstreams }}
 {{- $models = append $models (merge (deepCopy .) (dict "kind" "openai_http")) }}
 {{- end }}
-{{- $cfg := dict "server" (dict "host" "0.0.0.0" "port" (int .Values.gateway.port)) "models" $models "routes" $routes }}
+{{- $cfg := dict "server" (dict "host" "0.0.0.0" "port" (int .Values.gateway.port)) "models" $models }}
 {{- if $default }}
 {{- $_ := set $cfg "default_model" $default }}
 {{- end }}
