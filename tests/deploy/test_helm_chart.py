@@ -83,3 +83,28 @@ def test_committed_manifests_validate() -> None:
         for doc in docs:
             if doc["kind"] not in CRD_KINDS:
                 kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"engine": {"replica": 3}}, "additional properties 'replica' not allowed"),
+        ({"vllm": {"gpuMemoryUtilization": 2}}, "gpuMemoryUtilization"),
+        ({"gateway": {"autoscaling": {"enabled": "yes"}}}, "want boolean"),
+        ({"engine": {"quantization": "int4"}}, "quantization"),
+    ],
+)
+def test_values_schema_rejects_typos_and_bad_types(values: dict[str, Any], error: str) -> None:
+    with pytest.raises(helm_python.HelmValuesError, match=error):
+        render(values)
+
+
+def test_schema_enums_match_blink_settings() -> None:
+    import json
+    import typing
+
+    from blink.config import ModelSettings
+
+    engine = json.loads((CHART / "values.schema.json").read_text())["properties"]["engine"]["properties"]
+    for value, field in (("quantization", "quantization"), ("speculative", "speculative"), ("dtype", "dtype")):
+        assert set(engine[value]["enum"]) == set(typing.get_args(ModelSettings.model_fields[field].annotation)), value
