@@ -109,9 +109,12 @@ class BatchRunner:
                     if batch.id in self._cancelled:
                         slots.release()
                         break
-                    task = asyncio.create_task(self._one(batch, line, slots))
+                    task = asyncio.create_task(self._one(batch, line))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
+                    # Released when the task ends in any way, even cancelled before it ever ran
+                    # (a release inside the task would then never happen and leak the slot).
+                    task.add_done_callback(lambda _: slots.release())
                     last = line.index
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
@@ -119,13 +122,10 @@ class BatchRunner:
                 task.cancel()
             self._inflight.pop(batch.id, None)
 
-    async def _one(self, batch: BatchRecord, line: PendingLine, slots: asyncio.Semaphore) -> None:
-        try:
-            res = await self._execute(line.body, batch.endpoint, batch.key_id)
-            result = output_line(line.custom_id, res.status, res.request_id, res.body)
-            await self._store.complete_line(batch.id, line.index, result, is_error=res.status != 200)
-        finally:
-            slots.release()
+    async def _one(self, batch: BatchRecord, line: PendingLine) -> None:
+        res = await self._execute(line.body, batch.endpoint, batch.key_id)
+        result = output_line(line.custom_id, res.status, res.request_id, res.body)
+        await self._store.complete_line(batch.id, line.index, result, is_error=res.status != 200)
 
     async def _finalize(self, batch_id: str, status: str, stamp: str) -> None:
         """Write the output and error files (lines in input order) and the final status."""
