@@ -154,6 +154,10 @@ async def test_probes_and_hpa_metric_exist_on_the_gateway(tmp_path: Path, monkey
             assert get["port"] in ports, (workload["metadata"]["name"], probe, get)
             probes.add(get["path"])
     assert probes == {"/health", "/ready"}
+    # A gateway waiting for model servers to load is unready, never restarted.
+    gateway = container(one(docs, "Deployment", "gateway"))
+    assert gateway["startupProbe"]["httpGet"]["path"] == gateway["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert gateway["readinessProbe"]["httpGet"]["path"] == "/ready"
     hpa = one(docs, "HorizontalPodAutoscaler", "gateway")
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
                                              "name": one(docs, "Deployment", "gateway")["metadata"]["name"]}

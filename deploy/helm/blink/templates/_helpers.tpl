@@ -141,10 +141,12 @@ across them itself (discovery mode dns) and health-checks each on vLLM's /health
 {{- end }}
 {{- end }}
 
-{{/* Probes on one named port; `startup` bounds first start (weights download + load). */}}
+{{/* Probes on one named port; the startup probe bounds first start (weights download + load) on
+`.startup` (the readiness path for model servers; liveness for the gateway, which must not be
+restarted while it waits for model servers to load). */}}
 {{- define "blink.probes" -}}
 startupProbe:
-  httpGet: {path: {{ .ready }}, port: http}
+  httpGet: {path: {{ default .ready .startup }}, port: http}
   periodSeconds: 5
   failureThreshold: {{ max 1 (div (int .startupSeconds) 5) }}
 readinessProbe:
