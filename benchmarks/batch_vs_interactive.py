@@ -15,7 +15,7 @@ so ``--lines`` defaults to 200: say which you ran. ``--max-batch-seqs`` (the eng
 ``max_batch_seqs``) trades the batch lane's absolute throughput for interactive TTFT; 0 = no cap.
 
     python benchmarks/batch_vs_interactive.py [--shape smollm2-135m|tiny] [--lines 200]
-        [--interactive 40] [--rate 2] [--max-tokens 16] [--max-batch-seqs 8]
+        [--interactive 40] [--rate 2] [--max-tokens 16] [--max-batch-seqs 2] [--max-batch-tokens 16]
 """
 
 from __future__ import annotations
@@ -167,9 +167,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=2.0)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--max-num-seqs", type=int, default=32)
-    ap.add_argument("--max-batch-seqs", type=int, default=8,
+    ap.add_argument("--max-batch-seqs", type=int, default=2,
                     help="batch sequences running at once (0 = no cap): bounds an interactive request's wait")
-    ap.add_argument("--max-batch-tokens", type=int, default=64,
+    ap.add_argument("--max-batch-tokens", type=int, default=16,
                     help="tokens the batch lane computes per step (0 = no cap): spreads batch prefill")
     args = ap.parse_args()
     server_cores, client_cores = split_cores()

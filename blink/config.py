@@ -95,12 +95,13 @@ class ModelSettings(BaseModel):
     max_num_seqs: int = Field(64, ge=1)
     max_num_batched_tokens: int = Field(1024, ge=1)
     # Batch-priority sequences running at once (0 = up to max_num_seqs). An interactive request
-    # waits at most one engine step, and a batch step's length grows with this: 8 kept interactive
-    # p99 TTFT nearer the no-batch figure on 2 CPU cores (benchmarks/batch_vs_interactive.py).
-    max_batch_seqs: int = Field(8, ge=0)
+    # waits at most one engine step, and a batch step's length grows with this: 2 (with
+    # max_batch_tokens 16) kept interactive p99 TTFT within 1.2x of the no-batch figure on one CPU
+    # core, 8/64 did not, at twice the batch throughput (benchmarks/RESULTS.md). Raise on GPUs.
+    max_batch_seqs: int = Field(2, ge=0)
     # Tokens the batch lane may compute per step (0 = what the budget leaves): several batch
     # prompts admitted together would otherwise make one long prefill step for a chat to wait on.
-    max_batch_tokens: int = Field(64, ge=0)
+    max_batch_tokens: int = Field(16, ge=0)
     # 0 = the model's max_position_embeddings.
     max_model_len: int = Field(0, ge=0)
     enable_prefix_caching: bool = True
