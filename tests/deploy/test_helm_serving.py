@@ -30,11 +30,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{url}: process exited with {proc.returncode}")
+            raise RuntimeError(f"{url}: process exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
         try:
             if httpx.get(url, timeout=2.0).status_code == 200:
                 return
@@ -69,7 +69,9 @@ def test_rendered_engine_and_gateway_serve_a_chat(
              "--kv-cache-memory": "64MiB", "--threads": "1"}
     args = [a if a.split("=", 1)[0] not in local else f"{a.split('=', 1)[0]}={local[a.split('=', 1)[0]]}" for a in engine["args"]]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "BLINK_OBS__REQUEST_LOG": "off"}
-    processes.append(subprocess.Popen([*BLINK, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    engine_log, gateway_log = tmp_path / "engine.log", tmp_path / "gateway.log"
+    with engine_log.open("wb") as out:
+        processes.append(subprocess.Popen([*BLINK, *args], env=env, stdout=out, stderr=subprocess.STDOUT))
 
     config = gateway_yaml(docs)
     (pool,) = config["models"]
@@ -82,12 +84,13 @@ def test_rendered_engine_and_gateway_serve_a_chat(
     gw_args = [a for a in gateway["args"] if a not in ("0.0.0.0", str(config["server"]["port"]), "/etc/blink/blink.yaml")]
     assert gw_args == ["serve", "--config", "--host", "--port"]
     cmd = [*BLINK, "serve", "--config", str(path), "--host", "127.0.0.1", "--port", str(gw_port)]
-    processes.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    with gateway_log.open("wb") as out:
+        processes.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT))
 
     # The chart's probes: the engine is ready once its model is loaded, the gateway once it has a
     # healthy replica of every model.
-    wait_ready(f"http://127.0.0.1:{engine_port}{engine['readinessProbe']['httpGet']['path']}", processes[0], 120)
-    wait_ready(f"http://127.0.0.1:{gw_port}{gateway['readinessProbe']['httpGet']['path']}", processes[1], 60)
+    wait_ready(f"http://127.0.0.1:{engine_port}{engine['readinessProbe']['httpGet']['path']}", processes[0], engine_log, 120)
+    wait_ready(f"http://127.0.0.1:{gw_port}{gateway['readinessProbe']['httpGet']['path']}", processes[1], gateway_log, 60)
     assert httpx.get(f"http://127.0.0.1:{gw_port}{gateway['livenessProbe']['httpGet']['path']}").status_code == 200
 
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{gw_port}/v1", api_key="-")
