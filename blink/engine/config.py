@@ -38,6 +38,9 @@ class EngineConfig:
     # Load-time weight quantization of the linear layers: "none" or "int8" (weight-only,
     # per-channel scales; CPU decode is bandwidth bound, so fewer weight bytes = faster steps).
     quantization: str = "none"
+    # Decode-only steps run a torch.compile'd forward (blink/engine/compiled_decode.py), built
+    # and warmed at start-up.
+    compile: bool = False
     # Speculative decoding: None (off), "ngram" (prompt lookup) or "draft" (a smaller model
     # sharing the tokenizer, named by speculative_draft_model).
     speculative: str | None = None

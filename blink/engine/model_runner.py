@@ -8,12 +8,14 @@ block tables, masks) is computed once per step and shared by every layer.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from blink.engine.compiled_decode import CompiledDecode
 from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
@@ -88,6 +90,19 @@ class ModelRunner:
         self.model: CausalLM = model  # type: ignore[assignment]
         self.vocab_size = int(self.hf_config.vocab_size)
         self.num_blocks = self._allocate_kv_cache(model, num_blocks)
+        self.compile_seconds = 0.0
+        self._decode_graph: CompiledDecode | None = None
+        if config.compile:
+            self._compile_decode()
+
+    @torch.inference_mode()
+    def _compile_decode(self) -> None:
+        """Build and warm the compiled decode forward now, so no request pays for compiling."""
+        started = time.perf_counter()
+        graph = CompiledDecode(self.model)
+        graph.warm_up(self.block_size, self.dtype, self.device)
+        self._decode_graph = graph
+        self.compile_seconds = time.perf_counter() - started
 
     def _allocate_kv_cache(self, model: Any, num_blocks: int | None) -> int:
         """Size the pool from the byte budget, or to exactly ``num_blocks`` (a draft model shares
@@ -136,6 +151,9 @@ class ModelRunner:
         for span in spans:
             self._check(span)
         input_ids, positions, meta, logits_rows = self._prepare(spans)
+        if self._decode_graph is not None and meta.num_decode == len(spans) == input_ids.shape[0]:
+            tables, mask = cast(torch.Tensor, meta.decode_block_tables), cast(torch.Tensor, meta.decode_mask)
+            return self._decode_graph(input_ids, positions, meta.slot_mapping, tables, mask)
         hidden = self.model(input_ids, positions, meta)
         return self.model.compute_logits(hidden[logits_rows])
 

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from blink.engine.layers.paged_decode_op import paged_decode_attention
+
 
 @dataclass
 class PrefillChunk:
@@ -55,15 +57,24 @@ class PagedAttention(nn.Module):
         self.head_dim = head_dim
         self.scale = scale
         self.group = num_heads // num_kv_heads
-        # Assigned by the model runner once the pool is allocated; plain attributes, not buffers,
-        # so they are never saved, cast or moved with the weights.
-        self.k_cache = torch.empty(0)
-        self.v_cache = torch.empty(0)
+        # Assigned by the model runner once the pool is allocated. Non-persistent buffers (never
+        # saved): torch.compile lifts buffers as graph inputs, while a plain tensor attribute
+        # was baked into the compiled graph as a constant and its writes were lost.
+        self.k_cache: torch.Tensor
+        self.v_cache: torch.Tensor
+        self.register_buffer("k_cache", torch.empty(0), persistent=False)
+        self.register_buffer("v_cache", torch.empty(0), persistent=False)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         """``q [T, H, D]``, ``k``/``v [T, KVH, D]`` -> ``[T, H * D]``."""
+        if torch.compiler.is_compiling() and not meta.prefills:
+            # The compiled decode graph (blink.engine.compiled_decode) sees one opaque node.
+            return paged_decode_attention(
+                q, k, v, self.k_cache, self.v_cache, meta.slot_mapping,
+                cast(torch.Tensor, meta.decode_block_tables), cast(torch.Tensor, meta.decode_mask), self.scale,
+            )
         kvh, dim = self.num_kv_heads, self.head_dim
         k_flat = self.k_cache.view(-1, kvh, dim)
         v_flat = self.v_cache.view(-1, kvh, dim)

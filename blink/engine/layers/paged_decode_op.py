@@ -1,0 +1,60 @@
+"""Decode attention as one opaque custom op, so ``torch.compile`` can capture the rest of a step.
+
+The compiled decode graph fuses everything between attention calls (norms, rope, activations)
+but must not trace the paged-cache writes: functionalising an in-place write into a
+multi-hundred-MB cache tensor risks a copy of the whole pool per layer. Declaring the op as
+mutating its two cache arguments keeps the writes in place and the op a single graph node.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+@torch.library.custom_op("blink::paged_decode_attention", mutates_args=("k_cache", "v_cache"))
+def paged_decode_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    block_tables: torch.Tensor,
+    mask: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """``q [B, H, D]``, ``k``/``v [B, KVH, D]``; caches ``[blocks, block_size, KVH, D]`` -> ``[B, H * D]``."""
+    batch, heads, dim = q.shape
+    kvh = k.shape[1]
+    k_flat = k_cache.view(-1, kvh, dim)
+    v_flat = v_cache.view(-1, kvh, dim)
+    k_flat.index_copy_(0, slot_mapping, k.to(k_flat.dtype))
+    v_flat.index_copy_(0, slot_mapping, v.to(v_flat.dtype))
+    flat = block_tables.reshape(-1)
+    shape = (batch, -1, kvh, dim)
+    keys = k_cache.view(k_cache.shape[0], -1).index_select(0, flat).view(shape).transpose(1, 2)
+    values = v_cache.view(v_cache.shape[0], -1).index_select(0, flat).view(shape).transpose(1, 2)
+    out = F.scaled_dot_product_attention(
+        q.reshape(batch, kvh, heads // kvh, dim),
+        keys.to(q.dtype),
+        values.to(q.dtype),
+        attn_mask=mask,
+        scale=scale,
+    )
+    return out.reshape(batch, heads * dim)
+
+
+@paged_decode_attention.register_fake
+def _(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    block_tables: torch.Tensor,
+    mask: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
