@@ -14,7 +14,14 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.backends.base import Usage
-from blink.config import CacheSettings, ExactCacheSettings, ModelSettings, ObsSettings, ServerSettings, Settings
+from blink.config import (
+    CacheSettings,
+    ExactCacheSettings,
+    ModelSettings,
+    ObsSettings,
+    ServerSettings,
+    Settings,
+)
 from blink.gateway.cost import PriceTable
 from blink.gateway.cost_ledger import read_usage
 from blink.serve import build_app
