@@ -119,10 +119,13 @@ def _spawn_gateway(upstream: FakeUpstream, redis_url: str) -> tuple[subprocess.P
 
 
 def test_two_gateway_processes_share_counts_through_redis(upstream: FakeUpstream, redis_server: RedisServer) -> None:
-    procs = []
+    procs: list[subprocess.Popen[bytes]] = []
     try:
-        (pa, a), (pb, b) = _spawn_gateway(upstream, redis_server.url), _spawn_gateway(upstream, redis_server.url)
-        procs = [pa, pb]
+        # One at a time into ``procs``: if the second fails to start, the first is still stopped.
+        pa, a = _spawn_gateway(upstream, redis_server.url)
+        procs.append(pa)
+        pb, b = _spawn_gateway(upstream, redis_server.url)
+        procs.append(pb)
         statuses = [_chat(url).status_code for url in (a, b, a, b, a)]
         assert statuses == [200] * 5
         assert _chat(b).status_code == 429  # the 6th request of the minute, wherever it lands
