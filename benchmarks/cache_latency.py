@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import psutil
+from _proc import free_port, wait_ready
 
 from blink.config import CacheSettings
 from blink.gateway.cache.entry import CachedChoice, CachedResponse
@@ -47,26 +47,6 @@ from blink.protocol.chat import ChatCompletionRequest
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "semantic-cache" / "pairs-dev.jsonl"
 MODEL = "fake"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: process exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
 
 
 def _body(question: str) -> dict[str, Any]:
@@ -214,19 +194,19 @@ def main() -> None:
     cores = os.sched_getaffinity(0)
     server_core, client_core = (sorted(cores)[-1], sorted(cores)[0]) if len(cores) > 1 else (None, None)
     pin = ["taskset", "-c", str(server_core)] if server_core is not None and shutil.which("taskset") else []
-    up_port, gw_port = _port(), _port()
+    up_port, gw_port = free_port(), free_port()
     env = dict(os.environ, BLINK_CACHE__PATH=settings.path, BLINK_CACHE__MAX_ENTRIES=str(settings.max_entries),
                BLINK_CACHE__SEMANTIC__ONNX_DIR=args.onnx_dir, BLINK_OBS__REQUEST_LOG="off")
     procs = []
     try:
         procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "upstream_server.py"), "--port", str(up_port),
                                        "--tokens", "32"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait(f"http://127.0.0.1:{up_port}/v1/models", procs[-1])
+        wait_ready(f"http://127.0.0.1:{up_port}/v1/models", procs[-1], timeout=300)
         procs.append(subprocess.Popen(
             [*pin, sys.executable, "-m", "blink.cli", "serve", "--upstream", f"http://127.0.0.1:{up_port}/v1",
              "--upstream-model", MODEL, "--port", str(gw_port), "--semantic-cache", "--log-level", "warning"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        _wait(f"http://127.0.0.1:{gw_port}/health", procs[-1])
+        wait_ready(f"http://127.0.0.1:{gw_port}/health", procs[-1], timeout=300)
         if client_core is not None:
             os.sched_setaffinity(0, {client_core})
         results: dict[str, list[float]] = {"exact": [], "semantic": [], "miss": []}
