@@ -13,6 +13,7 @@ from blink.config import ObsSettings, ServerSettings
 from blink.gateway.auth import AuthMiddleware, KeyStore
 from blink.gateway.dashboard import build_dashboard_router
 from blink.gateway.errors import install_error_handlers
+from blink.gateway.fast_path import GenerationFastPath, generation_handlers
 from blink.gateway.front import GatewayFront
 from blink.gateway.limits import BodySizeLimitMiddleware, ConcurrencyLimitMiddleware
 from blink.gateway.routes import build_router
@@ -75,12 +76,15 @@ def create_app(
     app.state.metrics = metrics
     app.state.obs = obs
     app.state.front = gateway_front
-    app.include_router(build_router(registry, server_settings, metrics, gateway_front))
+    generation = build_router(registry, server_settings, metrics, gateway_front)
+    app.include_router(generation)
     for service in services:
         app.include_router(service.router)
     if models_router is not None:  # /v1/embeddings, /v1/classify, /v1/moderations (routes_models.py)
         app.include_router(models_router)
-    # Added innermost first: requests pass the catch-all, then the body limit, then concurrency.
+    # Added innermost first: requests pass the catch-all, then the body limit, then concurrency,
+    # then the generation endpoints are called directly (fast_path.py says why).
+    app.add_middleware(GenerationFastPath, handlers=generation_handlers(generation))
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent=server_settings.max_concurrent_streams)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=server_settings.max_body_bytes,
                        path_limits={p: n for s in services for p, n in s.body_limits.items()})
