@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import orjson
+from asgi_parts import read_body, serve_lifespan
 
 
 class CutConnection(Exception):
@@ -45,9 +46,7 @@ class FakeUpstream:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await serve_lifespan(receive, send)
             return
         path, method = scope["path"], scope["method"]
         if self.api_key is not None:
@@ -64,12 +63,7 @@ class FakeUpstream:
         if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
             await _json(send, 404, _err("no such route", "invalid_request_error", None, None))
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         req = orjson.loads(body)
         self.requests.append(req)
         await self._generate(req, path.endswith("chat/completions"), receive, send)

@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 import orjson
+from asgi_parts import read_body, serve_lifespan
 
 MODEL = "meta-llama/Llama-3.2-1B-Instruct"
 TOKENS = [" The", " sky", " is", " blue", "."]
@@ -73,9 +74,7 @@ class VllmFormatServer:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await serve_lifespan(receive, send)
             return
         path, method = scope["path"], scope["method"]
         if method == "GET" and path == "/health":
@@ -89,12 +88,7 @@ class VllmFormatServer:
                     "root": MODEL, "parent": None, "max_model_len": CONTEXT, "permission": []}
             await _json(send, 200, {"object": "list", "data": [card]})
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         req = orjson.loads(body)
         self.requests.append(req)
         if req.get("model") != MODEL:

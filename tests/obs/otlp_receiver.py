@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from asgi_parts import read_body, serve_lifespan
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -18,16 +19,9 @@ class OTLPReceiver:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await serve_lifespan(receive, send)
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         status = 404
         if scope["path"] == "/v1/traces":
             req = ExportTraceServiceRequest.FromString(body)

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import orjson
+from asgi_parts import read_body, serve_lifespan
 
 
 class ScriptedUpstream:
@@ -18,16 +19,9 @@ class ScriptedUpstream:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await serve_lifespan(receive, send)
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         req = orjson.loads(body)
         self.requests += 1
         last = str(req["messages"][-1]["content"])

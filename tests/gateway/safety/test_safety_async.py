@@ -12,6 +12,7 @@ import httpx
 import openai
 import orjson
 import pytest
+from asgi_parts import read_body, serve_lifespan
 from live_server import LiveServer
 from safety_helpers import safety_settings
 from scripted_upstream import ScriptedUpstream
@@ -49,16 +50,9 @@ class WebhookSink:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await serve_lifespan(receive, send)
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         self.reports.append(orjson.loads(body))
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
