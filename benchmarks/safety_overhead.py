@@ -4,7 +4,10 @@ Two Blink servers in front of the local fake upstream (``tests/upstream_server.p
 no delay), both with the exact cache on (every prompt new: miss, then fill, which in async mode
 waits for the verdict), pinned to the same one core and loaded in alternating rounds so drift on
 a shared machine hits both alike; the upstream and this load generator share the other core(s).
-Prints TTFT p50/p99 at concurrency 1 and 16 and what async mode adds.
+Prints TTFT p50/p99 at concurrency 1 and 16 and what async mode adds. Async checks run when the
+gateway's loop is idle, so after each round the benchmark waits until the async server's backlog
+is empty (``blink_safety_backlog`` on /metrics): deferred checks never run during the other
+server's round, where they would steal its core and flatter async mode.
 
     python benchmarks/safety_overhead.py [--requests 300] [--rounds 2]
 
@@ -17,9 +20,12 @@ import argparse
 import asyncio
 import itertools
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -40,6 +46,18 @@ def config(tmp: Path, up_port: int, port: int, safety: bool) -> Path:
     path = tmp / f"blink-{'async' if safety else 'off'}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+def wait_checked(port: int, timeout: float = 60.0) -> float:
+    """Seconds until the server's async-safety backlog is empty (0 for a server without one)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        m = re.search(r"^blink_safety_backlog (\S+)$", text, re.MULTILINE)
+        if m is None or float(m.group(1)) == 0:
+            return time.perf_counter() - t0
+        time.sleep(0.05)
+    raise RuntimeError(f"safety backlog on port {port} not drained in {timeout} s")
 
 
 def main() -> None:
@@ -72,6 +90,9 @@ def main() -> None:
                     url = f"http://127.0.0.1:{port}/v1/chat/completions"
                     lat, _, errors = asyncio.run(drive(url, "fake", "none", conc, args.requests, counter))
                     ttfts[name, conc] += lat
+                    settle = wait_checked(port)
+                    if settle > 0.05:
+                        print(f"  {name} c{conc}: deferred checks finished {settle:.2f} s after the round")
                     if errors:
                         print(f"  {name} c{conc}: {errors} errors")
         print(f"{'safety':<8}{'conc':>5}{'TTFT p50':>10}{'p99':>9}   (ms)")

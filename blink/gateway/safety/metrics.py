@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from blink.gateway.safety.stage import SafetyStage
@@ -23,3 +23,5 @@ class SafetyCollector(Collector):
         for category, n in sorted(c.by_category.items()):
             flagged.add_metric([category], n)
         yield flagged
+        yield GaugeMetricFamily("blink_safety_backlog", "Async exchanges waiting for an idle loop", value=self._stage.backlog())
+        yield CounterMetricFamily("blink_safety_deferrals", "Idle probes that found the loop busy", value=self._stage.gate.deferrals)
