@@ -23,7 +23,7 @@ import orjson
 
 from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
 from blink.backends.openai_chunks import deltas_from_chunk
-from blink.backends.sse_parser import SSEParser
+from blink.backends.stream_decoder import StreamDecoder
 from blink.protocol.errors import (
     BackendTimeoutError,
     BackendUnavailableError,
@@ -111,12 +111,25 @@ class OpenAIHTTPBackend:
                     for delta in deltas_from_chunk(orjson.loads(await resp.read()), req.kind):
                         yield delta
                     return
+                # The read loop is here, not in a generator of its own: one resume per token less.
+                decoder = StreamDecoder(self.name, req.kind, _error_from_body)
+                chunks = resp.content.iter_any()
                 first = True
-                async for delta in self._parse_stream(resp, req.kind):
-                    if first:
-                        first = False
-                        self._record_ttft((time.perf_counter() - t0) * 1000.0)
+                async for chunk in chunks:
+                    for delta in decoder.feed(chunk):
+                        if first:
+                            first = False
+                            self._record_ttft((time.perf_counter() - t0) * 1000.0)
+                        yield delta
+                    if decoder.error is not None:
+                        raise decoder.error
+                    if decoder.done:
+                        await _drain(chunks)
+                        return
+                for delta in decoder.flush():
                     yield delta
+                if not decoder.done and not decoder.finished:
+                    raise UpstreamError(f"upstream '{self.name}' ended the stream before it finished")
         except aiohttp.ClientConnectorError as exc:
             raise BackendUnavailableError(f"upstream '{self.name}' is unreachable: {exc}") from exc
         except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors
@@ -153,55 +166,6 @@ class OpenAIHTTPBackend:
         # Always ask for usage; the gateway drops it when the client did not.
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         return body
-
-    async def _parse_stream(self, resp: aiohttp.ClientResponse, kind: str) -> AsyncIterator[Delta]:
-        parser = SSEParser()
-        finished = False
-        chunks = resp.content.iter_any()
-        held: Delta | None = None  # one delta held back until we know whether another follows it
-        async for chunk in chunks:
-            for data in parser.feed(chunk):
-                if data == b"[DONE]":
-                    if held is not None:
-                        yield held
-                    await _drain(chunks)
-                    return
-                try:
-                    decoded = self._decode(data, kind)
-                except BlinkError:
-                    if held is not None:  # what arrived before the bad event still goes out
-                        yield held
-                    raise
-                for delta in decoded:
-                    finished = finished or delta.finish_reason is not None
-                    if held is not None:
-                        held.more = True
-                        yield held
-                    held = delta
-            if held is not None:  # the read is used up: the next delta needs I/O
-                yield held
-                held = None
-        for data in parser.flush():
-            if data == b"[DONE]":
-                return
-            for delta in self._decode(data, kind):
-                finished = finished or delta.finish_reason is not None
-                yield delta
-        if not finished:
-            raise UpstreamError(f"upstream '{self.name}' ended the stream before it finished")
-
-    def _decode(self, data: bytes, kind: str) -> list[Delta]:
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamError(f"upstream '{self.name}' sent an unparseable event: {data[:200]!r}") from exc
-        if not isinstance(obj, dict):
-            raise UpstreamError(f"upstream '{self.name}' sent a non-object event")
-        if obj.get("object") == "error":  # vLLM <= 0.9 sends its error object flat
-            obj = {"error": obj}
-        if "error" in obj:
-            raise _error_from_body(obj, 502, self.name, {})
-        return deltas_from_chunk(obj, kind)
 
     def _record_ttft(self, ms: float) -> None:
         prev = self._ttft_ewma
