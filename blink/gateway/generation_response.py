@@ -21,7 +21,7 @@ from blink.backends.base import Backend, Delta, GenerationRequest, Usage
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.errors import error_messages
 from blink.gateway.streaming import DONE, KEEP_ALIVE, ChunkEncoder, error_event
-from blink.obs.deltas import observe_stream
+from blink.obs.deltas import StreamStamp, observe_stream
 from blink.obs.metrics import GatewayMetrics
 from blink.obs.stages import record_error
 from blink.protocol.errors import BackendTimeoutError, BlinkError, InternalServerError
@@ -95,21 +95,24 @@ class GenerationResponse(Response):
             watch.cancel()
 
     async def _run(self, send: Send) -> None:
-        it = observe_stream(self._backend.stream(self._req), self._req, self._backend.name)
+        stamp = observe_stream(self._req, self._backend.name)
+        it = self._backend.stream(self._req)
         try:
             async with asyncio.timeout(self._timeout_s):
                 if self._stream:
-                    await self._send_stream(it, send)
+                    await self._send_stream(it, send, stamp)
                 else:
-                    await self._send_whole(it, send)
+                    await self._send_whole(it, send, stamp)
         except TimeoutError:
             await self._fail(send, BackendTimeoutError(f"The request did not finish within {self._timeout_s:g} s."))
         finally:
+            if stamp is not None:
+                stamp.close()
             aclose = getattr(it, "aclose", None)
             if aclose is not None:
                 await aclose()
 
-    async def _send_stream(self, it: AsyncIterator[Delta], send: Send) -> None:
+    async def _send_stream(self, it: AsyncIterator[Delta], send: Send, stamp: StreamStamp | None) -> None:
         try:
             first: Delta | None = await self._first_delta(it, send)
         except StopAsyncIteration:
@@ -131,13 +134,21 @@ class GenerationResponse(Response):
         usage: Usage | None = None
         agg = ResponseAggregator(req.kind, req.options.n, False) if self._on_complete is not None else None
         # Deltas already in memory together (``Delta.more``) go out in one write: one syscall
-        # and one pass through the ASGI send chain instead of one per token.
+        # and one pass through the ASGI send chain instead of one per token. The per-delta work
+        # is inline (no coroutine per delta): this loop runs once per token of every stream.
         pending: list[bytes] = []
         try:
             if first is not None:
-                usage = await _emit(enc, first, send, usage, agg, pending)
+                body = _take(enc, first, agg, stamp, pending)
+                if body is not None:
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                usage = first.usage
                 async for delta in it:
-                    usage = await _emit(enc, delta, send, usage, agg, pending)
+                    body = _take(enc, delta, agg, stamp, pending)
+                    if body is not None:
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
+                    if delta.usage is not None:
+                        usage = delta.usage
         except BlinkError as err:
             await self._fail(send, err, pending)
             return
@@ -179,7 +190,7 @@ class GenerationResponse(Response):
             await send({"type": "http.response.body", "body": KEEP_ALIVE, "more_body": True})
             await asyncio.sleep(self._keepalive_s or 0.0)
 
-    async def _send_whole(self, it: AsyncIterator[Delta], send: Send) -> None:
+    async def _send_whole(self, it: AsyncIterator[Delta], send: Send, stamp: StreamStamp | None) -> None:
         req = self._req
         agg = ResponseAggregator(req.kind, req.options.n, req.options.logprobs)
         ttft: float | None = None
@@ -187,6 +198,8 @@ class GenerationResponse(Response):
             async for delta in it:
                 if ttft is None:
                     ttft = self._ttft_ms()
+                if stamp is not None:
+                    stamp.on(delta)
                 agg.add(delta)
         except BlinkError as err:
             await self._fail(send, err)
@@ -235,25 +248,23 @@ class GenerationResponse(Response):
             await send(message)
 
 
-async def _emit(
-    enc: ChunkEncoder,
-    delta: Delta,
-    send: Send,
-    usage: Usage | None,
-    agg: ResponseAggregator | None,
-    pending: list[bytes],
-) -> Usage | None:
-    """Encode ``delta`` into ``pending``; write ``pending`` unless the next delta is already here."""
+def _take(
+    enc: ChunkEncoder, delta: Delta, agg: ResponseAggregator | None, stamp: StreamStamp | None, pending: list[bytes]
+) -> bytes | None:
+    """Encode ``delta`` into ``pending``; the bytes to write now, or None while the next delta is
+    already here (it goes out with this one)."""
+    if stamp is not None:
+        stamp.on(delta)
     if agg is not None:
         agg.add(delta)
     chunk = enc.encode(delta)
     if chunk is not None:
         pending.append(chunk)
-    if pending and not delta.more:
-        body = pending[0] if len(pending) == 1 else b"".join(pending)
-        pending.clear()
-        await send({"type": "http.response.body", "body": body, "more_body": True})
-    return delta.usage if delta.usage is not None else usage
+    if not pending or delta.more:
+        return None
+    body = pending[0] if len(pending) == 1 else b"".join(pending)
+    pending.clear()
+    return body
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:

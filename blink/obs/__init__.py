@@ -3,8 +3,8 @@
 How a request is observed
 -------------------------
 ``ObservabilityMiddleware`` (outermost ASGI layer) opens a ``RequestTrace`` for every
-generation request and binds it to a ``ContextVar``; the response wraps the backend stream
-with ``observe_stream`` (one timestamp per delta); when the last byte is out, ``Observability``
+generation request and binds it to a ``ContextVar``; the response stamps each delta it writes
+through ``observe_stream`` (one timestamp per delta); when the last byte is out, ``Observability``
 hands the finished trace to each enabled sink: ``GatewayMetrics`` (``/metrics``), ``Tracing``
 (OTLP spans, only when an endpoint is configured), ``RequestLogger`` (one JSON line) and
 ``LiveStats`` (the ``/dashboard``).

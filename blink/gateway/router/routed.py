@@ -115,17 +115,9 @@ class RoutedBackend:
             total.waiting += load.waiting
         return total
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
-        route = await self.chain.choose(req, [t.view() for t in self._by_cost])
-        order = self._fallback_order(route.tier)
-        ticket, admitted = await self._admit(req, order)
-        escalate = [self.tiers[n] for n in route.escalate_to] if admitted == 0 else []
-        t0 = time.perf_counter()
-        try:
-            async for delta in self._serve(req, order[admitted:] + order[:admitted], escalate):
-                yield delta
-        finally:
-            ticket.release((time.perf_counter() - t0) * 1000.0)
+    def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        # The serving generator itself, not a wrapper around it: each layer is a resume per token.
+        return self._serve(req)
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -165,9 +157,15 @@ class RoutedBackend:
             f"Model '{self.name}' is overloaded; retry in {retry_after} s.", headers={"retry-after": str(retry_after)}
         )
 
-    async def _serve(self, req: GenerationRequest, tiers: list[Tier], escalate: list[Tier]) -> AsyncIterator[Delta]:
-        cfg = self.config
+    async def _serve(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        route = await self.chain.choose(req, [t.view() for t in self._by_cost])
+        order = self._fallback_order(route.tier)
         hashes = block_hashes(request_text(req)) if self._affinity else []
+        ticket, admitted = await self._admit(req, order)
+        escalate = [self.tiers[n] for n in route.escalate_to] if admitted == 0 else []
+        tiers = order[admitted:] + order[:admitted]
+        t0 = time.perf_counter()
+        cfg = self.config
         want_logprobs = req.options.logprobs
         tries = _Tries()
         current = req
@@ -228,8 +226,11 @@ class RoutedBackend:
                 attempt.succeed()
                 return
         finally:
-            if attempt is not None:
-                await attempt.close()
+            try:
+                if attempt is not None:
+                    await attempt.close()
+            finally:
+                ticket.release((time.perf_counter() - t0) * 1000.0)
 
     def _may_continue(self, req: GenerationRequest, err: BaseException, tries: _Tries) -> bool:
         return (
