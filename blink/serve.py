@@ -29,6 +29,7 @@ from blink.modelserver.metrics import ModelServerCollector
 from blink.modelserver.server import ModelServer
 from blink.obs.metrics import GatewayMetrics
 from blink.routing_config import ClassifierSettings
+from blink.voice_gateway import VoiceService
 
 
 class EmbeddedBackendMissingError(RuntimeError):
@@ -148,16 +149,20 @@ def build_app(settings: Settings) -> FastAPI:
         models_router = build_models_router(models or ModelServer(), moderation, settings.model_server.max_inputs)
     registry = build_registry(settings, encoder)
     cost = build_cost_tracker(settings.cost)
+    key_store = build_key_store(settings)
+    # /v1/voice: always routed (it says why when off); models load in the lifespan only when enabled.
+    voice = VoiceService(settings.voice, registry, key_store)
     app = create_app(
         registry,
         settings.server,
         front=_with_cost(build_front_factory(settings, encoder, safety), cost),
-        key_store=build_key_store(settings),
+        key_store=key_store,
         obs_settings=settings.obs,
         model_server=models,
         models_router=models_router,
-        services=build_services(settings, registry, cost),
+        services=[*build_services(settings, registry, cost), voice],
     )
+    voice.attach(app.state.front, app.state.metrics.registry)
     register_router_metrics(app, settings)
     if models is not None:
         app.state.metrics.registry.register(ModelServerCollector(models))

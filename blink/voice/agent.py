@@ -29,20 +29,25 @@ class VoiceOptions:
 class VoiceAgent:
     """Models loaded once (STT, TTS) and shared; the VAD and the conversation are per session."""
 
-    backend: Backend
+    # None when each session brings its own (the gateway path, with the session's API key).
+    backend: Backend | None
     model: str
     transcriber: Transcriber
     synthesizer: Synthesizer
     vad_factory: Callable[[], SpeechProbability]
     options: VoiceOptions = field(default_factory=VoiceOptions)
 
-    def pipeline(self) -> Pipeline:
+    def pipeline(self, backend: Backend | None = None) -> Pipeline:
+        """A fresh session; ``backend`` replaces the shared one (the gateway path with the session's key)."""
         o = self.options
+        backend = backend or self.backend
+        if backend is None:
+            raise ValueError("a voice session needs a backend")
         return Pipeline([
             VadStage(self.vad_factory(), threshold=o.vad_threshold),
             TurnStage(hang_s=o.hang_s),
             SttStage(self.transcriber, partial_every_s=o.partial_every_s),
-            LlmStage(self.backend, self.model, system_prompt=o.system_prompt, max_tokens=o.max_tokens,
+            LlmStage(backend, self.model, system_prompt=o.system_prompt, max_tokens=o.max_tokens,
                      temperature=o.temperature),
             TtsStage(self.synthesizer, ClauseChunker()),
         ])

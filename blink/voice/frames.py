@@ -89,9 +89,12 @@ class TextEndFrame(Frame):
 
 @dataclass(slots=True)
 class ErrorFrame(Frame):
-    """A stage failed on this turn (a backend error); the session goes on."""
+    """A stage failed on this turn (a backend error); the session goes on. OpenAI error fields."""
 
     message: str
+    error_type: str = "server_error"
+    param: str | None = None
+    code: str | None = None
 
 
 @dataclass(slots=True)

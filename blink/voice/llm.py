@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from blink.backends.base import Backend, GenerationRequest, SamplingOptions
+from blink.protocol.errors import BlinkError
 from blink.voice.frames import (
     EndFrame,
     ErrorFrame,
@@ -51,11 +52,12 @@ class LlmStage:
         self.history: list[dict[str, Any]] = []
 
     def _request(self, text: str) -> GenerationRequest:
+        """Priority "voice": the engine's scheduler serves it ahead of interactive and batch work."""
         messages = [{"role": "system", "content": self.system_prompt}, *self.history[-2 * self.history_turns:],
                     {"role": "user", "content": text}]
         return GenerationRequest(request_id=f"voice-{uuid.uuid4().hex[:12]}", model=self.model, kind="chat",
                                  options=SamplingOptions(max_tokens=self.max_tokens, temperature=self.temperature),
-                                 messages=messages)
+                                 messages=messages, priority="voice")
 
     async def _generate(self, inbox: Inbox, generation: int, text: str, spoken: list[str]) -> None:
         started = time.perf_counter()
@@ -71,7 +73,9 @@ class LlmStage:
             inbox.post(generation, TextEndFrame())
         except Exception as exc:  # a backend error ends this answer, not the session
             log.warning("voice generation failed: %s", exc)
-            inbox.post(generation, ErrorFrame(message=str(exc) or type(exc).__name__))
+            error = exc if isinstance(exc, BlinkError) else BlinkError(str(exc) or type(exc).__name__)
+            inbox.post(generation, ErrorFrame(message=error.message, error_type=error.type, param=error.param,
+                                              code=error.code))
             inbox.post(generation, TextEndFrame())
         finally:
             # Closing the stream is what aborts the engine request and frees its KV cache.

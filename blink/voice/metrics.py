@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 
 from prometheus_client import CollectorRegistry, Histogram
 
+from blink.voice.chunker import ClauseChunker
 from blink.voice.frames import (
     AudioOutFrame,
     FinalTranscriptFrame,
@@ -28,6 +29,7 @@ class TurnTimings:
     vad_hang_s: float  # speech end -> turn end (the silence the agent waits out)
     stt_final_s: float  # speech end -> final transcript
     llm_ttft_s: float  # request -> first text delta
+    first_clause_s: float  # speech end -> the answer's first clause complete (what the TTS waits for)
     tts_first_audio_s: float  # first text released -> first audio frame
     voice_to_voice_s: float  # speech end -> first audio frame of the answer
 
@@ -44,6 +46,15 @@ class TurnClock:
         self._turn_end_at: float | None = None
         self._ttft_s: float | None = None
         self._text_at: float | None = None
+        # The TTS stage's chunker (same defaults) replayed on the released text: where the first clause ends.
+        self._chunker = ClauseChunker()
+        self._clause_at: float | None = None
+        self._last_text_at = 0.0
+
+    def _clause(self, frame: TextDeltaFrame) -> None:
+        self._last_text_at = max(frame.at, self._turn_end_at or 0.0)
+        if self._clause_at is None and self._chunker.push(frame.text):
+            self._clause_at = self._last_text_at
 
     def observe(self, frame: Frame) -> TurnTimings | None:
         if isinstance(frame, SpeechStopFrame):
@@ -55,12 +66,18 @@ class TurnClock:
         elif isinstance(frame, TextDeltaFrame) and frame.ttft_s is not None and self._turn_end_at is not None:
             self._ttft_s = frame.ttft_s
             self._text_at = max(frame.at, self._turn_end_at)
+            self._clause(frame)
+        elif isinstance(frame, TextDeltaFrame) and self._text_at is not None:
+            self._clause(frame)
         elif isinstance(frame, InterruptFrame):
             self._reset()
         elif (isinstance(frame, AudioOutFrame) and self._text_at is not None and self._stop_at is not None
               and self._turn_end_at is not None and self._ttft_s is not None):
+            # An answer shorter than one clause is spoken whole when it ends, right after its last delta.
+            clause_at = self._clause_at if self._clause_at is not None else self._last_text_at
             timings = TurnTimings(vad_hang_s=self._turn_end_at - self._stop_at, stt_final_s=self._stt_s,
-                                  llm_ttft_s=self._ttft_s, tts_first_audio_s=frame.at - self._text_at,
+                                  llm_ttft_s=self._ttft_s, first_clause_s=clause_at - self._stop_at,
+                                  tts_first_audio_s=frame.at - self._text_at,
                                   voice_to_voice_s=frame.at - self._stop_at)
             self._reset()
             return timings

@@ -1,0 +1,40 @@
+"""Builds the voice sessions from settings: Whisper and espeak-ng loaded once per server, Silero per session."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from blink.backends.base import Backend
+from blink.voice.agent import VoiceAgent, VoiceOptions
+from blink.voice.llm import DEFAULT_SYSTEM_PROMPT
+from blink.voice.metrics import VoiceMetrics
+from blink.voice.stt import WhisperTranscriber
+from blink.voice.tts import EspeakSynthesizer
+from blink.voice.vad import SileroVad
+from blink.voice.websocket import SessionGate, VoiceLimits, VoiceSessions
+from blink.voice_config import VoiceSettings
+
+
+def build_voice_agent(settings: VoiceSettings, backend: Backend | None, model: str) -> VoiceAgent:
+    SileroVad()  # fail at start-up, not at the first call, when the VAD model or onnxruntime is missing
+    return VoiceAgent(
+        backend=backend,
+        model=model,
+        transcriber=WhisperTranscriber(settings.stt_model, compute_type=settings.stt_compute_type,
+                                       threads=settings.stt_threads),
+        synthesizer=EspeakSynthesizer(settings.tts_voice, settings.tts_words_per_minute),
+        vad_factory=SileroVad,
+        options=VoiceOptions(hang_s=settings.hang_ms / 1000, partial_every_s=settings.stt_partial_every_s,
+                             vad_threshold=settings.vad_threshold,
+                             system_prompt=settings.system_prompt or DEFAULT_SYSTEM_PROMPT,
+                             max_tokens=settings.max_tokens, temperature=settings.temperature),
+    )
+
+
+def build_voice_sessions(settings: VoiceSettings, model: str, metrics_registry: CollectorRegistry | None,
+                         gate: SessionGate, backend: Backend | None = None) -> VoiceSessions:
+    """``gate`` gives each session its backend (the gateway path); ``backend`` is for callers without one."""
+    limits = VoiceLimits(max_sessions=settings.max_sessions, max_chunk_bytes=settings.max_chunk_bytes,
+                         max_session_s=settings.max_session_s)
+    agent = build_voice_agent(settings, backend, model)
+    return VoiceSessions(agent, limits, VoiceMetrics(metrics_registry), gate)

@@ -1,0 +1,172 @@
+"""The voice endpoint on the gateway: ``/v1/voice`` turns go through the gateway's own request path.
+
+blink/voice/ may not import the gateway, and the gateway knows nothing of voice; this adapter
+sits between them (serve.py wires it). Each session is authenticated like an HTTP request
+(the same API keys), and each of its turns passes what a chat completion passes: model
+permission, budget and rate limit (``GatewayFront.admit``), the exact and semantic cache, the
+router (routes are registry entries) and the safety guard, then fills the cache and charges
+tokens when the answer is complete.
+
+The voice models (Whisper, Silero, espeak-ng) load in the app's lifespan only when
+``voice.enabled``; when voice is off, or its extra is not installed, the endpoint accepts the
+socket only to say why and close (1008 / 1011), so a client never hangs on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, cast
+
+from fastapi import APIRouter
+from prometheus_client import CollectorRegistry
+from starlette.requests import Request
+from starlette.websockets import WebSocket
+
+from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard, Usage
+from blink.backends.registry import BackendRegistry
+from blink.gateway.aggregate import ResponseAggregator
+from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, KeyStore
+from blink.gateway.cache.stage import CacheDirectives
+from blink.gateway.front import GatewayFront
+from blink.protocol.errors import AuthenticationError
+from blink.voice_config import VoiceSettings
+
+if TYPE_CHECKING:
+    from blink.voice.websocket import VoiceSessions
+
+log = logging.getLogger("blink.voice")
+
+# Close codes the endpoint uses before a session exists (RFC 6455): refused, server fault.
+_CLOSE_POLICY, _CLOSE_SERVER_ERROR = 1008, 1011
+
+
+class GatewayPathBackend:
+    """One session's turns as chat completions through the gateway's front, cache and router."""
+
+    name = "gateway"
+
+    def __init__(self, registry: BackendRegistry, front: GatewayFront, conn: WebSocket) -> None:
+        self.registry = registry
+        self.front = front
+        # admit() reads only the connection's scope (the principal AuthMiddleware would have set).
+        self._conn = cast(Request, conn)
+
+    def models(self) -> list[ModelCard]:
+        return self.registry.model_cards()
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        backend = self.registry.resolve(req.model)
+        adm = await self.front.admit(self._conn, req.model, CacheDirectives())
+        if self.front.cache is not None:
+            adm.cache = await self.front.cache.lookup(req, adm.tenant, adm.directives)
+            if (entry := adm.cache.entry) is not None and entry.choices:
+                choice = entry.choices[0]
+                yield Delta(text=choice.text, finish_reason=choice.finish_reason or "stop",
+                            usage=Usage(entry.prompt_tokens, entry.completion_tokens))
+                return
+        done = self.front.on_complete(adm, req)
+        agg = ResponseAggregator(req.kind, 1, False) if done is not None else None
+        # aclosing: when the voice pipeline drops this stream (barge-in), the backend's stream is
+        # closed at once, which aborts the engine request and frees its KV blocks.
+        async with contextlib.aclosing(self.front.guard(backend, req.model).stream(req)) as deltas:  # type: ignore[type-var]
+            async for delta in deltas:
+                if agg is not None:
+                    agg.add(delta)
+                yield delta
+        if done is not None and agg is not None:
+            done(agg)
+
+    async def health(self) -> Health:
+        return Health(ok=True)
+
+    def load(self) -> Load:
+        return Load()
+
+    async def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+class VoiceGate:
+    """Admits a WebSocket like AuthMiddleware admits a request (it only sees HTTP scopes)."""
+
+    def __init__(self, registry: BackendRegistry, key_store: KeyStore | None) -> None:
+        self.registry = registry
+        self.key_store = key_store
+        self.front: GatewayFront | None = None
+
+    async def open(self, ws: WebSocket) -> Backend:
+        if self.key_store is not None:
+            secret = _presented_key(ws)
+            if secret is None:
+                raise AuthenticationError("You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
+                                          code="missing_api_key")
+            key: ApiKey | None = await self.key_store.alookup(secret)
+            if key is None:
+                raise AuthenticationError("Incorrect API key provided.")
+            ws.scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = key
+        return GatewayPathBackend(self.registry, self.front or GatewayFront(), ws)
+
+
+def _presented_key(ws: WebSocket) -> str | None:
+    scheme, _, token = ws.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    return ws.headers.get("x-api-key", "").strip() or None
+
+
+class VoiceService:
+    """``/v1/voice`` as an app service (gateway/app.py ``AppService``): models load at start-up."""
+
+    body_limits: dict[str, int] = {}
+
+    def __init__(self, settings: VoiceSettings, registry: BackendRegistry, key_store: KeyStore | None) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.gate = VoiceGate(registry, key_store)
+        self.metrics_registry: CollectorRegistry | None = None
+        self.sessions: VoiceSessions | None = None
+        self.unavailable = None if settings.enabled else (
+            "Voice is disabled on this server; enable it with 'voice: {enabled: true}' in the config.")
+        self.router = APIRouter()
+        self.router.add_api_websocket_route("/v1/voice", self.serve)
+
+    def attach(self, front: GatewayFront, metrics_registry: CollectorRegistry) -> None:
+        """The app's front and metrics registry, which exist only once the app is built."""
+        self.gate.front = front
+        self.metrics_registry = metrics_registry
+
+    async def start(self) -> None:
+        if not self.settings.enabled:
+            return
+        try:
+            # Imported here: a server with voice off never loads numpy-heavy voice code or its models.
+            from blink.voice.build import build_voice_sessions
+
+            model = self.settings.model or self.registry.default_model()
+            self.sessions = await asyncio.to_thread(
+                build_voice_sessions, self.settings, model, self.metrics_registry, self.gate)
+        except Exception as exc:  # any failure to load leaves voice off, never the server down
+            self.unavailable = (f"Voice is enabled but cannot run here ({exc}); install it with "
+                                "pip install 'blink-serve[voice]' and apt-get install espeak-ng.")
+            log.error("%s", self.unavailable)
+
+    async def aclose(self) -> None:
+        return None
+
+    async def serve(self, ws: WebSocket) -> None:
+        if self.sessions is None:
+            # Accepted only to say why: a client reads one error event and a close code, never hangs.
+            await ws.accept()
+            message = self.unavailable or "Voice is starting; retry shortly."
+            await ws.send_json({"type": "error", "error": {"message": message, "type": "invalid_request_error"
+                                if not self.settings.enabled else "server_error", "param": None,
+                                "code": "voice_unavailable"}})
+            await ws.close(_CLOSE_SERVER_ERROR if self.settings.enabled else _CLOSE_POLICY)
+            return
+        await self.sessions.serve(ws)
