@@ -58,6 +58,8 @@ def start_server(model: Path, port: int, tmp: Path, cores: set[int] | None, args
         # As many lines in flight as the engine has slots: the scheduler decides what runs.
         "batch": {"path": str(tmp / "batch.db"), "max_concurrency": args.max_num_seqs},
     }
+    if args.engine_nice is not None:
+        config["models"][0]["engine_nice"] = args.engine_nice
     (tmp / "blink.yaml").write_text(yaml.safe_dump(config))
     cmd = [sys.executable, "-m", "blink.cli", "serve", "--config", str(tmp / "blink.yaml")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -171,6 +173,8 @@ def main() -> None:
                     help="batch sequences running at once (0 = no cap): bounds an interactive request's wait")
     ap.add_argument("--max-batch-tokens", type=int, default=16,
                     help="tokens the batch lane computes per step (0 = no cap): spreads batch prefill")
+    ap.add_argument("--engine-nice", type=int, default=None,
+                    help="engine-core process niceness (default: the config's default)")
     args = ap.parse_args()
     server_cores, client_cores = split_cores()
     if client_cores:

@@ -293,6 +293,7 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
         enable_prefix_caching=ms.enable_prefix_caching,
         enable_chunked_prefill=ms.enable_chunked_prefill,
         threads=threads,
+        nice=getattr(ms, "engine_nice", 0),
         quantization=getattr(ms, "quantization", "none"),
         speculative=None if getattr(ms, "speculative", "none") == "none" else ms.speculative,
         num_speculative_tokens=getattr(ms, "num_speculative_tokens", 5),

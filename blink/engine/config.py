@@ -32,6 +32,10 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     # Torch intra-op threads for the engine process; 0 = leave torch's default.
     threads: int = 0
+    # Added to the engine-core process's OS niceness (0-19). A positive value lets the
+    # gateway's short bursts (a cache hit, a new request's tokenisation, a batch line's
+    # bookkeeping) preempt a forward pass on a shared core instead of waiting out its time slice.
+    nice: int = 0
     seed: int = 0
     revision: str | None = None
     trust_remote_code: bool = False

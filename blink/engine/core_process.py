@@ -71,6 +71,8 @@ def run_engine_core(config_dict: dict[str, Any], model_path: str, input_addr: st
     """Process entry point: build the engine, announce readiness, then loop forever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
     configure_threads(int(config_dict.get("threads", 0)))
+    if int(config_dict.get("nice", 0)) > 0:
+        os.nice(int(config_dict["nice"]))
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
     pull.connect(input_addr)

@@ -100,3 +100,16 @@ async def test_engine_death_fails_inflight_requests(tiny_llama: Path) -> None:
         assert not eng.is_alive()
     finally:
         await eng.shutdown()
+
+
+async def test_engine_core_runs_at_the_configured_niceness(tiny_llama: Path) -> None:
+    eng = AsyncEngine(EngineConfig(model=str(tiny_llama), dtype="float32", threads=1, max_model_len=512, nice=5))
+    await eng.start()
+    try:
+        assert eng.pid is not None
+        # The core process is niced relative to its parent; the gateway itself keeps its priority.
+        assert os.getpriority(os.PRIO_PROCESS, eng.pid) == os.getpriority(os.PRIO_PROCESS, 0) + 5
+        ids, _ = await _collect(eng, "n", eng.encode_prompt("def f(x):"), GREEDY)
+        assert len(ids) == GREEDY.max_tokens
+    finally:
+        await eng.shutdown()
