@@ -84,7 +84,10 @@ def create_app(
         app.include_router(models_router)
     # Added innermost first: requests pass the catch-all, then the body limit, then concurrency,
     # then the generation endpoints are called directly (fast_path.py says why).
-    app.add_middleware(GenerationFastPath, handlers=generation_handlers(generation))
+    fast = generation_handlers(generation)
+    if models_router is not None:  # /v1/embeddings etc. are as latency-bound as generation (issue #9)
+        fast.update(generation_handlers(models_router))
+    app.add_middleware(GenerationFastPath, handlers=fast)
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent=server_settings.max_concurrent_streams)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=server_settings.max_body_bytes,
                        path_limits={p: n for s in services for p, n in s.body_limits.items()})

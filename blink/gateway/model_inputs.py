@@ -20,9 +20,9 @@ def input_list(value: str | list[str], max_inputs: int) -> list[str]:
     return texts
 
 
-def token_counts(model: ServedModel, texts: list[str]) -> list[int]:
-    """Tokens per input; an input beyond the model's limit is refused rather than silently cut."""
-    counts = model.tokenizer.count(texts)
+def check_token_counts(model: ServedModel, counts: list[int]) -> list[int]:
+    """Tokens per input (counted in the model's own pass); an input beyond the model's limit is
+    refused rather than silently cut (its cut row was computed, never returned)."""
     limit = model.tokenizer.max_tokens
     for i, n in enumerate(counts):
         if n > limit:

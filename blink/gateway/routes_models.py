@@ -11,7 +11,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from blink.gateway.model_inputs import input_list, token_counts
+from blink.gateway.model_inputs import check_token_counts, input_list
 from blink.gateway.request_parsing import parse_json_object, validate
 from blink.gateway.safety.pipeline import SafetyPipeline
 from blink.gateway.safety.verdict import Verdict
@@ -53,11 +53,11 @@ def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inp
         body = validate(EmbeddingRequest, parse_json_object(await request.body()))
         model = _pick(models, body.model, "encoder")
         texts = input_list(body.input, max_inputs)
-        tokens = sum(token_counts(model, texts))
         if body.dimensions is not None and body.dimensions > model.dim:
             raise InvalidRequestError(f"'dimensions' must be at most {model.dim} for '{model.name}'.",
                                       param="dimensions")  # fmt: skip
-        rows = await model.run(texts)
+        rows, counts = await model.run_counted(texts)
+        tokens = sum(check_token_counts(model, counts))
         if body.dimensions is not None and body.dimensions < model.dim:  # Matryoshka-style cut, renormalised
             rows = rows[:, : body.dimensions]
             rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
@@ -70,8 +70,8 @@ def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inp
         body = validate(ClassifyRequest, parse_json_object(await request.body()))
         model = _pick(models, body.model, "classifier")
         texts = input_list(body.input, max_inputs)
-        tokens = sum(token_counts(model, texts))
-        probs = await model.run(texts)
+        probs, counts = await model.run_counted(texts)
+        tokens = sum(check_token_counts(model, counts))
         data = []
         for i, row in enumerate(probs.tolist()):
             best = int(np.argmax(row))

@@ -15,9 +15,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from blink.modelserver.stats import BatchStats
 from blink.protocol.errors import BackendTimeoutError, InternalServerError, OverloadedError
@@ -46,17 +46,65 @@ class BatchConfig:
     adaptive_window: bool = True
 
 
+class _Request(Generic[Out]):
+    """One caller's inputs: rows fill in as batches finish; the future resolves when all are in.
+
+    An async caller's future is an ``asyncio.Future`` and is only touched on its loop: the worker
+    hands each finished batch's rows to that loop in one ``call_soon_threadsafe`` (a per-input
+    ``concurrent.futures.Future`` + ``wrap_future`` + ``gather`` cost the loop ~0.2 ms a request).
+    A thread caller's future is a ``concurrent.futures.Future``, set by the worker directly.
+    """
+
+    __slots__ = ("future", "left", "loop", "rows")
+
+    def __init__(self, n: int, future: asyncio.Future[list[Out]] | Future[list[Out]],
+                 loop: asyncio.AbstractEventLoop | None) -> None:  # fmt: skip
+        self.rows: list[Out | None] = [None] * n
+        self.left = n
+        self.future = future
+        self.loop = loop
+
+    def settle(self, index: int, row: Out | None, error: BaseException | None) -> None:
+        """Runs on the future's owner (its loop, or the worker for thread callers)."""
+        if self.future.done():  # cancelled, timed out, or already failed by another input
+            return
+        try:
+            if error is not None:
+                self.future.set_exception(error)
+                return
+            self.rows[index] = row
+            self.left -= 1
+            if self.left == 0:
+                self.future.set_result(self.rows)  # type: ignore[arg-type]
+        except InvalidStateError:  # a thread caller cancelled between the check and the set
+            pass
+
+
 @dataclass(slots=True)
 class _Item(Generic[In, Out]):
     value: In
-    future: Future[Out]
+    request: _Request[Out]
+    index: int
     enqueued: float
 
 
-class DynamicBatcher(Generic[In, Out]):
-    """Runs ``run_batch(list_of_inputs) -> one output per input`` on batches of queued inputs."""
+_Outcome = tuple["_Request[Any]", int, Any, "BaseException | None"]
 
-    def __init__(self, name: str, run_batch: Callable[[list[In]], Sequence[Out]], config: BatchConfig) -> None:
+
+def _settle_all(outcomes: list[_Outcome]) -> None:
+    for request, index, row, error in outcomes:
+        request.settle(index, row, error)
+
+
+class DynamicBatcher(Generic[In, Out]):
+    """Runs ``run_batch(list_of_inputs) -> one output per input`` on batches of queued inputs.
+
+    ``run_batch`` may put an exception in an input's place: that input's caller gets it, the
+    rest of the batch is unaffected (per-input validation in the model's own pass).
+    """
+
+    def __init__(self, name: str, run_batch: Callable[[list[In]], Sequence[Out | BaseException]],
+                 config: BatchConfig) -> None:  # fmt: skip
         self.name = name
         self.config = config
         self.stats = BatchStats()
@@ -67,31 +115,39 @@ class DynamicBatcher(Generic[In, Out]):
         self._thread = threading.Thread(target=self._loop, name=f"blink-batch-{name}", daemon=True)
         self._thread.start()
 
-    def submit(self, values: Sequence[In]) -> list[Future[Out]]:
+    def submit(self, values: Sequence[In], loop: asyncio.AbstractEventLoop | None = None) -> _Request[Out]:
+        """Queue ``values`` as one request; its future is an asyncio one when ``loop`` is given."""
         if self._queue.qsize() + len(values) > self.config.max_queue:
             self.stats.rejected += len(values)
             raise OverloadedError(f"Model '{self.name}' has too many queued inputs; retry shortly.")
+        future: asyncio.Future[list[Out]] | Future[list[Out]] = loop.create_future() if loop is not None else Future()
+        request: _Request[Out] = _Request(len(values), future, loop)
         now = time.monotonic()
-        items: list[_Item[In, Out]] = [_Item(v, Future(), now) for v in values]
-        for item in items:
-            self._queue.put(item)
-        return [item.future for item in items]
+        for i, v in enumerate(values):
+            self._queue.put(_Item(v, request, i, now))
+        return request
 
     async def run(self, values: Sequence[In]) -> list[Out]:
         """One output per value, in order; awaits without blocking the event loop."""
-        futures = [asyncio.wrap_future(f) for f in self.submit(values)]
+        request = self.submit(values, asyncio.get_running_loop())
         try:
             async with asyncio.timeout(self.config.timeout_s + _HUNG_S):  # queueing + one model call
-                return list(await asyncio.gather(*futures))
+                return await request.future  # type: ignore[misc]
         except TimeoutError:
             raise BackendTimeoutError(f"Model '{self.name}' did not answer in time.") from None
         finally:
-            for f in futures:
-                f.cancel()  # no-op once done; skips the rest of a partly failed request
+            request.future.cancel()  # no-op once done; the worker skips a gone caller's inputs
 
     def run_sync(self, values: Sequence[In]) -> list[Out]:
         """``run`` for callers on plain threads (never call it on the event loop: it blocks)."""
-        return [f.result(timeout=self.config.timeout_s + _HUNG_S) for f in self.submit(values)]
+        future = self.submit(values).future
+        assert isinstance(future, Future)
+        try:
+            return future.result(timeout=self.config.timeout_s + _HUNG_S)
+        except TimeoutError:
+            raise BackendTimeoutError(f"Model '{self.name}' did not answer in time.") from None
+        finally:
+            future.cancel()
 
     def queue_depth(self) -> int:
         return self._queue.qsize()
@@ -130,26 +186,45 @@ class DynamicBatcher(Generic[In, Out]):
     def _execute(self, batch: list[_Item[In, Out]]) -> None:
         start = time.monotonic()
         live: list[_Item[In, Out]] = []
+        outcomes: list[_Outcome] = []
         for item in batch:
-            if not item.future.set_running_or_notify_cancel():
-                continue  # the caller gave up (timeout, disconnect): do not compute it
+            if item.request.future.done():
+                continue  # the caller gave up (timeout, disconnect) or another input failed it
             if start - item.enqueued > self.config.timeout_s:
                 self.stats.timed_out += 1
-                item.future.set_exception(BackendTimeoutError(f"Model '{self.name}' queue wait exceeded its timeout."))
+                error = BackendTimeoutError(f"Model '{self.name}' queue wait exceeded its timeout.")
+                outcomes.append((item.request, item.index, None, error))
                 continue
             live.append(item)
-        if not live:
-            return
-        try:
-            rows = self._run_batch([item.value for item in live])
-            if len(rows) != len(live):
-                raise RuntimeError(f"model returned {len(rows)} rows for {len(live)} inputs")
-        except Exception:
-            log.exception("model %s failed on a batch of %d", self.name, len(live))
-            self.stats.record_failure(len(live))
-            for item in live:
-                item.future.set_exception(InternalServerError(f"Model '{self.name}' failed on this input's batch."))
-            return
-        self.stats.record_batch(len(live), time.monotonic() - start, sum(start - i.enqueued for i in live))
-        for item, row in zip(live, rows, strict=True):
-            item.future.set_result(row)
+        if live:
+            try:
+                rows = self._run_batch([item.value for item in live])
+                if len(rows) != len(live):
+                    raise RuntimeError(f"model returned {len(rows)} rows for {len(live)} inputs")
+            except Exception:
+                log.exception("model %s failed on a batch of %d", self.name, len(live))
+                self.stats.record_failure(len(live))
+                error = InternalServerError(f"Model '{self.name}' failed on this input's batch.")
+                outcomes += [(item.request, item.index, None, error) for item in live]
+            else:
+                self.stats.record_batch(len(live), time.monotonic() - start, sum(start - i.enqueued for i in live))
+                for item, row in zip(live, rows, strict=True):
+                    err = row if isinstance(row, BaseException) else None
+                    outcomes.append((item.request, item.index, None if err else row, err))
+        self._deliver(outcomes)
+
+    @staticmethod
+    def _deliver(outcomes: list[_Outcome]) -> None:
+        """Thread callers are settled here; each event loop gets its share in one hand-off."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+        for outcome in outcomes:
+            loop = outcome[0].loop
+            if loop is None:
+                outcome[0].settle(*outcome[1:])
+            else:
+                by_loop.setdefault(loop, []).append(outcome)
+        for loop, share in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, share)
+            except RuntimeError:  # the loop closed while its callers waited: nobody to tell
+                pass

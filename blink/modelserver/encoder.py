@@ -28,8 +28,13 @@ class OnnxEncoder:
         self.dim = int(self._session.get_outputs()[0].shape[-1] or 384)
 
     def __call__(self, texts: list[str]) -> np.ndarray:
-        ids, mask = self.tokenizer.batch(texts)
+        return self.counted(texts)[0]
+
+    def counted(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+        """Unit-norm rows and each text's full token count, from one tokenisation."""
+        ids, mask, counts = self.tokenizer.encode(texts)
         (hidden,) = self._session.run(None, feed(self._session, ids, mask))
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
-        return (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        rows = (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+        return rows, counts

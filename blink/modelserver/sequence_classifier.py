@@ -74,12 +74,16 @@ class OnnxSequenceClassifier:
         return [id2label[k] for k in sorted(id2label, key=int)]
 
     def __call__(self, texts: list[str]) -> np.ndarray:
-        ids, mask = self.tokenizer.batch(texts)
+        return self.counted(texts)[0]
+
+    def counted(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+        """Label probabilities and each text's full token count, from one tokenisation."""
+        ids, mask, counts = self.tokenizer.encode(texts)
         (logits,) = self._session.run(None, feed(self._session, ids, mask))
         logits = logits.astype(np.float32)
         if len(self.labels) != logits.shape[1]:
             raise ValueError(f"{len(self.labels)} label names for {logits.shape[1]} model outputs")
         if self.multi_label:
-            return 1.0 / (1.0 + np.exp(-logits))
+            return 1.0 / (1.0 + np.exp(-logits)), counts
         e = np.exp(logits - logits.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
+        return e / e.sum(axis=1, keepdims=True), counts

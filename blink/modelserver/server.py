@@ -29,7 +29,9 @@ class EncoderRunner(Protocol):
     @property
     def tokenizer(self) -> TokenCounter: ...
 
-    def __call__(self, texts: list[str]) -> np.ndarray: ...
+    def counted(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+        """One row per text and each text's full token count (one tokenisation for both)."""
+        ...
 
 
 class ClassifierRunner(Protocol):
@@ -38,27 +40,40 @@ class ClassifierRunner(Protocol):
     @property
     def tokenizer(self) -> TokenCounter: ...
 
-    def __call__(self, texts: list[str]) -> np.ndarray: ...
+    def counted(self, texts: list[str]) -> tuple[np.ndarray, list[int]]: ...
+
+
+# What the batcher hands back per input: the model's row and the input's full token count.
+Counted = tuple[np.ndarray, int]
 
 
 @dataclass(slots=True)
 class ServedModel:
     name: str
     kind: str  # encoder | classifier
-    batcher: DynamicBatcher[str, np.ndarray]
+    batcher: DynamicBatcher[str, Counted]
     tokenizer: TokenCounter
     dim: int = 0
     labels: tuple[str, ...] = ()
 
     async def run(self, texts: list[str]) -> np.ndarray:
-        return np.stack(await self.batcher.run(texts))
+        return np.stack([row for row, _ in await self.batcher.run(texts)])
+
+    async def run_counted(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+        """Rows and full token counts (the endpoints' length check and usage)."""
+        out = await self.batcher.run(texts)
+        return np.stack([row for row, _ in out]), [n for _, n in out]
 
     def run_sync(self, texts: list[str]) -> np.ndarray:
-        return np.stack(self.batcher.run_sync(texts))
+        return np.stack([row for row, _ in self.batcher.run_sync(texts)])
 
 
-def _rows(fn: Callable[[list[str]], np.ndarray]) -> Callable[[list[str]], list[np.ndarray]]:
-    return lambda texts: list(fn(texts))
+def _rows(fn: Callable[[list[str]], tuple[np.ndarray, list[int]]]) -> Callable[[list[str]], list[Counted]]:
+    def run(texts: list[str]) -> list[Counted]:
+        rows, counts = fn(texts)
+        return list(zip(rows, counts, strict=True))
+
+    return run
 
 
 class ModelServer:
@@ -66,12 +81,13 @@ class ModelServer:
         self._models: dict[str, ServedModel] = {}
 
     def add_encoder(self, name: str, runner: EncoderRunner, config: BatchConfig) -> ServedModel:
-        model = ServedModel(name, "encoder", DynamicBatcher(name, _rows(runner), config), runner.tokenizer, dim=runner.dim)
+        model = ServedModel(name, "encoder", DynamicBatcher(name, _rows(runner.counted), config), runner.tokenizer,
+                            dim=runner.dim)  # fmt: skip
         self._models[name] = model
         return model
 
     def add_classifier(self, name: str, runner: ClassifierRunner, config: BatchConfig) -> ServedModel:
-        batcher: DynamicBatcher[str, np.ndarray] = DynamicBatcher(name, _rows(runner), config)
+        batcher: DynamicBatcher[str, Counted] = DynamicBatcher(name, _rows(runner.counted), config)
         model = ServedModel(name, "classifier", batcher, runner.tokenizer, labels=tuple(runner.labels))
         self._models[name] = model
         return model
