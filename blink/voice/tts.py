@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shutil
 from collections.abc import AsyncIterator
 from typing import Protocol
@@ -19,12 +20,15 @@ from blink.voice.frames import (
     SAMPLE_RATE,
     AudioOutFrame,
     EndFrame,
+    ErrorFrame,
     Frame,
     InterruptFrame,
     TextDeltaFrame,
     TextEndFrame,
 )
 from blink.voice.stage import Inbox
+
+log = logging.getLogger("blink.voice")
 
 # 40 ms audio frames out: small enough that a barge-in drops almost nothing already sent,
 # large enough that a WebSocket message per frame costs little (25 messages a second).
@@ -67,6 +71,12 @@ def wav_pcm16(wav: bytes) -> tuple[bytes, int]:
     raise ValueError("WAV stream without a data chunk")
 
 
+def speakable(text: str) -> str:
+    """``text`` with control characters (a model can emit NUL) turned into spaces: a command-line
+    argument cannot hold NUL, and no synthesiser should read out the others."""
+    return "".join(ch if ch.isprintable() else " " for ch in text)
+
+
 class EspeakSynthesizer:
     def __init__(self, voice: str = "en-us", words_per_minute: int = 165, binary: str = "espeak-ng") -> None:
         path = shutil.which(binary)
@@ -79,7 +89,7 @@ class EspeakSynthesizer:
 
     async def synthesize(self, text: str) -> bytes:
         proc = await asyncio.create_subprocess_exec(
-            self.binary, "--stdout", "-v", self.voice, "-s", str(self.words_per_minute), "--", text,
+            self.binary, "--stdout", "-v", self.voice, "-s", str(self.words_per_minute), "--", speakable(text),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
         try:
             wav, _ = await proc.communicate()
@@ -106,7 +116,12 @@ class TtsStage:
             if not isinstance(item, str):
                 inbox.post(generation, item)
                 continue
-            pcm = await self.synthesizer.synthesize(item)
+            try:
+                pcm = await self.synthesizer.synthesize(item)
+            except Exception as exc:  # one clause that cannot be spoken must not silence the rest or hang the answer
+                log.warning("speech synthesis failed: %s", exc)
+                inbox.post(generation, ErrorFrame(message=f"Speech synthesis failed: {exc}"))
+                continue
             for i in range(0, len(pcm), step):
                 inbox.post(generation, AudioOutFrame(pcm=pcm[i:i + step]))
 

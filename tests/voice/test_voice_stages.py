@@ -11,6 +11,7 @@ from blink.voice.frames import (
     AudioInFrame,
     AudioOutFrame,
     EndFrame,
+    ErrorFrame,
     FinalTranscriptFrame,
     InterruptFrame,
     PartialTranscriptFrame,
@@ -136,3 +137,16 @@ async def test_tts_drops_pending_speech_on_a_system_frame(synthesizer: EspeakSyn
 def test_a_restarted_utterance_is_cut_at_the_restart() -> None:
     assert cut_restart("My favorite color is green. My favorite color is") == "My favorite color is green."
     assert cut_restart("I think that I think so") == "I think that I think so"
+
+
+async def test_tts_speaks_text_with_control_characters(synthesizer: EspeakSynthesizer) -> None:
+    # A random model can emit NUL, which no command-line argument can carry.
+    out = await run_stage(TtsStage(synthesizer), [TextDeltaFrame(text="Hello\x00 there, friend."), TextEndFrame()])
+    assert any(isinstance(f, AudioOutFrame) for f in out) and type(out[-1]) is TextEndFrame
+
+
+async def test_tts_reports_a_clause_it_cannot_speak_and_still_ends_the_answer() -> None:
+    # `true` exits at once with no output: not a WAV, as a crashed synthesiser would leave it.
+    out = await run_stage(TtsStage(EspeakSynthesizer(binary="true")), [TextDeltaFrame(text="Hello there."),
+                                                                       TextEndFrame()])
+    assert [type(f) for f in out] == [TextDeltaFrame, ErrorFrame, TextEndFrame]

@@ -1,0 +1,285 @@
+"""Voice-to-voice latency: end of the user's speech -> first audio byte of the answer (issue #7).
+
+Starts ``blink serve`` with ``voice.enabled`` and the embedded demo model (the random Llama,
+hidden 256, 4 layers, that ``blink serve`` builds offline; it talks gibberish at real speed),
+pinned to one core; this script drives it from the other core. Utterances are espeak-ng speech
+streamed over ``/v1/voice`` in 20 ms chunks at real time, each followed by streamed silence,
+as a microphone would; the end of speech is the last voiced sample of the utterance.
+
+Side by side, utterance by utterance (alternating), the naive sequential pipeline: Whisper
+tiny.en (faster-whisper, greedy, 1 thread) on the whole utterance once it has ended, then the
+LLM's whole answer (a non-streamed chat completion to the same server, same prompt and
+sampling), then espeak-ng on the whole answer. The baseline gets no end-of-turn wait at all
+(it is told when speech ended) and runs its STT and TTS on the client core, not on the
+server's: both favour it.
+
+    python benchmarks/voice_latency.py [--utterances 12]
+    python benchmarks/voice_latency.py --smart-turn PATH.onnx   # CPU cost of smart-turn v3 only
+
+Goal: Blink p50 <= 500 ms on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from _proc import free_port, pct, pinned, split_cores, stop, wait_ready
+
+from blink.demo.tiny import demo_model_dir
+from blink.voice.frames import SAMPLE_RATE
+from blink.voice.llm import DEFAULT_SYSTEM_PROMPT
+from blink.voice.stt import bundled_whisper_path
+from blink.voice.tts import resample_pcm16, speakable, wav_pcm16
+
+QUESTIONS = [
+    "What time does the museum open tomorrow?",
+    "How many apples are left in the basket?",
+    "Can you call me back later today?",
+    "Where is the nearest train station?",
+    "Please close the door behind you.",
+    "What is the weather like this weekend?",
+    "Book a table for two at eight tonight.",
+    "Which platform does the train to the city leave from?",
+    "How long does it take to drive to the airport?",
+    "Remind me to buy milk on the way home.",
+    "What is the capital of Australia?",
+    "Turn off the lights in the kitchen.",
+]
+# 20 ms: a common microphone buffer (WebRTC sends 10-20 ms); smaller chunks only add messages.
+CHUNK_S = 0.02
+# Silence before each utterance, and the most silence streamed after it while waiting for the answer.
+LEAD_S, MAX_TAIL_S = 0.5, 10.0
+# A spoken answer of one or two short sentences (the voice system prompt asks for that) is ~30-50
+# tokens; the random model never stops early, so every answer is capped there. Greedy, for repeatability.
+MAX_TOKENS, TEMPERATURE = 48, 0.0
+# A sample counts as speech above 1% of full scale: espeak-ng's output ends in exact zeros.
+VOICED = 328
+
+
+def speak(text: str) -> bytes:
+    wav = subprocess.run(["espeak-ng", "--stdout", "-v", "en-us", "-s", "150", "--", speakable(text)],
+                         capture_output=True, check=True, timeout=30).stdout
+    pcm, rate = wav_pcm16(wav)
+    return resample_pcm16(pcm, rate)
+
+
+def speech_end_s(pcm: bytes) -> float:
+    x = np.abs(np.frombuffer(pcm, dtype=np.int16).astype(np.int32))
+    voiced = np.nonzero(x > VOICED)[0]
+    return (int(voiced[-1]) + 1) / SAMPLE_RATE if len(voiced) else 0.0
+
+
+# ---- Blink: over the WebSocket --------------------------------------------------------------
+
+async def blink_turn(ws: Any, pcm: bytes) -> dict[str, float]:
+    """Streams one utterance in real time; seconds from the end of speech to each event."""
+    clip = bytes(int(LEAD_S * SAMPLE_RATE) * 2) + pcm
+    end_offset = LEAD_S + speech_end_s(pcm)
+    step = int(CHUNK_S * SAMPLE_RATE) * 2
+    silence = bytes(step)
+    got: dict[str, float] = {}
+    metrics: dict[str, float] = {}
+    done = asyncio.Event()
+
+    async def receive() -> None:
+        async for msg in ws:
+            now = time.perf_counter()
+            if isinstance(msg, bytes):
+                if "turn.ended" in got:
+                    got.setdefault("first_audio", now)
+                continue
+            event = json.loads(msg)
+            kind = event["type"]
+            if kind == "transcript.final" and "turn.ended" not in got:
+                got["transcript.final"] = now  # the last one before the turn ended counts
+            elif kind == "response.text.delta" and "turn.ended" in got:
+                got.setdefault("first_delta", now)
+            elif kind == "turn.metrics":
+                metrics.update({k: v for k, v in event.items() if k != "type"})
+            elif kind == "error":
+                raise RuntimeError(event["error"])
+            elif kind == "speech.stopped" and "turn.ended" not in got:
+                got[kind] = now  # the last stop before the turn ended (pauses between words stop too)
+            elif kind == "turn.ended":
+                got.setdefault(kind, now)
+            if kind == "response.done" and "first_audio" in got and metrics:
+                done.set()
+                return
+
+    reader = asyncio.ensure_future(receive())
+    t0 = time.perf_counter()
+    i = 0
+    while not done.is_set():
+        chunk = clip[i * step:(i + 1) * step] if i * step < len(clip) else silence
+        due = t0 + (i + 1) * CHUNK_S  # a chunk goes out when its last sample has been "recorded"
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        await ws.send(chunk)
+        i += 1
+        if reader.done():
+            reader.result()  # raises the server's error event
+        if i * CHUNK_S > len(clip) / SAMPLE_RATE / 2 + MAX_TAIL_S:
+            raise RuntimeError(f"no answer: {got}")
+    end = t0 + end_offset
+    out = {k: v - end for k, v in got.items()}
+    out.update({f"pipeline.{k}": v for k, v in metrics.items()})
+    return out
+
+
+# ---- the naive sequential baseline ----------------------------------------------------------
+
+class Sequential:
+    def __init__(self, base_url: str, model: str) -> None:
+        from faster_whisper import WhisperModel
+
+        self.whisper = WhisperModel(bundled_whisper_path(), device="cpu", compute_type="int8", cpu_threads=1,
+                                    local_files_only=True)
+        self.http = httpx.Client(base_url=base_url, timeout=60)
+        self.model = model
+
+    def turn(self, pcm: bytes) -> dict[str, float]:
+        t0 = time.perf_counter()
+        audio = np.frombuffer(pcm, dtype=np.int16).astype(np.float32) / 32768.0
+        segments, _ = self.whisper.transcribe(audio, language="en", beam_size=1, vad_filter=False)
+        text = " ".join(s.text.strip() for s in segments)
+        t1 = time.perf_counter()
+        r = self.http.post("/v1/chat/completions", json={
+            "model": self.model, "max_tokens": MAX_TOKENS, "temperature": TEMPERATURE,
+            "messages": [{"role": "system", "content": DEFAULT_SYSTEM_PROMPT}, {"role": "user", "content": text}]})
+        r.raise_for_status()
+        answer = r.json()["choices"][0]["message"]["content"] or "."
+        t2 = time.perf_counter()
+        speak(answer)
+        t3 = time.perf_counter()
+        return {"stt": t1 - t0, "llm": t2 - t1, "tts": t3 - t2, "total": t3 - t0}
+
+
+# ---- smart-turn v3 ---------------------------------------------------------------------------
+
+def smart_turn_cost(path: str | None, runs: int = 20) -> None:
+    """CPU per end-of-turn check of smart-turn v3 (8 s of audio -> 80x800 log-mel, 1 thread)."""
+    if path is None:
+        try:
+            from importlib import resources
+
+            path = str(resources.files("pipecat.audio.turn.smart_turn.data") / "smart-turn-v3.2-cpu.onnx")
+        except ModuleNotFoundError:
+            print("smart-turn v3: not measured (pipecat-ai is not installed; pass --smart-turn PATH.onnx, the "
+                  "file is pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx in the pipecat-ai wheel)")
+            return
+    import onnxruntime as ort
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
+    features = FeatureExtractor(feature_size=80)
+    audio = np.frombuffer(speak(" ".join(QUESTIONS[:3])), dtype=np.int16).astype(np.float32)[-8 * SAMPLE_RATE:] / 32768
+    cpu, wall = [], []
+    for i in range(runs + 2):
+        c, w = time.process_time(), time.perf_counter()
+        mel = features(audio, padding=0)[:, -800:]
+        mel = np.pad(mel, ((0, 0), (800 - mel.shape[1], 0)))
+        session.run(None, {"input_features": mel[None].astype(np.float32)})
+        if i >= 2:  # the first runs warm ONNX Runtime's arenas
+            cpu.append(time.process_time() - c)
+            wall.append(time.perf_counter() - w)
+    print(f"smart-turn v3.2 ({Path(path).name}), one check on 8 s of audio, 1 thread, {runs} runs: "
+          f"CPU p50 {pct(cpu, 50) * 1000:.0f} ms, wall p50 {pct(wall, 50) * 1000:.0f} ms p90 {pct(wall, 90) * 1000:.0f} ms")
+    print("  (run once per speech stop, it would add its wall time to every turn unless it overlaps the hang)")
+
+
+# ---- main ------------------------------------------------------------------------------------
+
+def summary(name: str, xs: list[float]) -> str:
+    return f"{name:<34} p50 {pct(xs, 50) * 1000:7.0f} ms   p90 {pct(xs, 90) * 1000:7.0f} ms"
+
+
+async def run(utterances: int) -> None:
+    from websockets.asyncio.client import connect
+
+    server_core, client_cores = split_cores()
+    if client_cores:
+        os.sched_setaffinity(0, client_cores)
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "blink.yaml"
+        config.write_text(json.dumps({  # JSON is YAML
+            "server": {"port": port},
+            "models": [{"name": "demo", "kind": "embedded", "model": str(demo_model_dir()), "dtype": "float32",
+                        "threads": 1}],
+            "voice": {"enabled": True, "temperature": TEMPERATURE, "max_tokens": MAX_TOKENS},
+        }))
+        log = open(Path(tmp) / "server.log", "wb")  # noqa: SIM115 - closed with the server below
+        proc = subprocess.Popen([sys.executable, "-m", "blink.cli", "serve", "--config", str(config)],
+                                preexec_fn=pinned(server_core), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}/ready", proc, timeout=180)
+            clips = [speak(QUESTIONS[i % len(QUESTIONS)]) for i in range(utterances)]
+            naive = Sequential(f"http://127.0.0.1:{port}", "demo")
+            naive.turn(clips[0])  # warm-up: the first decode and the first request pay one-off costs
+            blink: list[dict[str, float]] = []
+            base: list[dict[str, float]] = []
+            # No keep-alive pings: on a loaded 2-core machine a late pong would close the session.
+            async with connect(f"ws://127.0.0.1:{port}/v1/voice", max_size=2**22, ping_interval=None) as ws:
+                await ws.recv()  # session.created
+                await blink_turn(ws, clips[0])  # warm-up
+                for i, clip in enumerate(clips):  # alternate A and B so drift hits both alike
+                    if i % 2:
+                        base.append(naive.turn(clip))
+                        blink.append(await blink_turn(ws, clip))
+                    else:
+                        blink.append(await blink_turn(ws, clip))
+                        base.append(naive.turn(clip))
+        except BaseException:
+            stop(proc)
+            log.close()
+            sys.stderr.write((Path(tmp) / "server.log").read_text(errors="replace")[-4000:])
+            raise
+        stop(proc)
+        log.close()
+
+    cores = f"server on core {sorted(server_core)}, client on {sorted(client_cores)}" if server_core else "unpinned"
+    print(f"voice latency: {utterances} utterances, demo model (random Llama 256x4), {cores}")
+    print("Blink, streaming over /v1/voice (from the end of speech, as the client sees it):")
+    for key, name in [("speech.stopped", "VAD end of speech"), ("transcript.final", "STT final transcript"),
+                      ("turn.ended", "turn end (hang)"), ("first_delta", "LLM first token released"),
+                      ("first_audio", "first audio byte (total)")]:
+        print("  " + summary(name, [b[key] for b in blink]))
+    print("  pipeline stamps (turn.metrics, from the VAD's first quiet frame):")
+    for key in ["vad_hang_s", "stt_final_s", "llm_ttft_s", "first_clause_s", "tts_first_audio_s", "voice_to_voice_s"]:
+        print("    " + summary(key, [b[f"pipeline.{key}"] for b in blink]))
+    print("Naive sequential baseline (whisper on the whole utterance -> whole answer -> espeak-ng on it):")
+    for key in ["stt", "llm", "tts", "total"]:
+        print("  " + summary(key, [b[key] for b in base]))
+    blink_p50 = pct([b["first_audio"] for b in blink], 50)
+    base_p50 = pct([b["total"] for b in base], 50)
+    print(f"RESULT voice-to-voice p50: Blink {blink_p50 * 1000:.0f} ms, baseline {base_p50 * 1000:.0f} ms, "
+          f"ratio baseline/Blink {base_p50 / blink_p50:.1f}x")
+    print(f"GOAL p50 <= 500 ms: {'met' if blink_p50 <= 0.5 else 'NOT met'} ({blink_p50 * 1000:.0f} ms)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--utterances", type=int, default=12, help="measured utterances (>= 10 for a p90)")
+    ap.add_argument("--smart-turn", nargs="?", const="", default=None, metavar="PATH",
+                    help="only measure smart-turn v3's CPU cost (ONNX path; default: from pipecat-ai)")
+    args = ap.parse_args()
+    if args.smart_turn is not None:
+        smart_turn_cost(args.smart_turn or None)
+        return
+    asyncio.run(run(args.utterances))
+
+
+if __name__ == "__main__":
+    main()
