@@ -5,20 +5,24 @@ same threads. Figures: TTFT at 32/256/1024 prompt tokens, batch-1 decode tokens/
 tokens/s with 16 concurrent streams of 128 tokens; each printed as a ratio to every peer.
 
 Peers: ``transformers`` eager (fp32 and bf16) always; llama.cpp through ``llama-cpp-python``
-when it is importable and GGUF files of the same weights are given (``--gguf F16=a.gguf,Q8_0=b.gguf``;
-convert with llama.cpp's ``convert_hf_to_gguf.py`` + ``llama-quantize``), loaded without
-repacking (its repacked Q8_0/Q4_0 layouts crashed on this AMX CPU); vLLM's CPU build when
+with ``--llama-cpp-python PY`` (a separate environment with llama-cpp-python + gguf: the same
+weights are converted to GGUF F16 and Q8_0 by benchmarks/peers/gguf_export.py and timed by
+benchmarks/peers/llama_cpp_figures.py there), loaded without repacking (its repacked Q8_0/Q4_0
+layouts crashed on this AMX CPU); vLLM's CPU build when
 ``vllm`` is importable. Install those in the benchmark's own environment, never as Blink
 dependencies: both compile or download for many minutes.
 
     python benchmarks/engine_vs_peers.py --threads 2 [--shapes smollm2-135m,qwen2.5-0.5b]
+        [--llama-cpp-python /work/peers-venv/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -99,38 +103,22 @@ def transformers_eager(path: Path, dtype: str, w: Workload) -> Figures:
     return f
 
 
-def llama_cpp(gguf: Path, threads: int, w: Workload) -> Figures:
-    """llama-cpp-python, no repacking; aggregate = sequential streams (its Python API has no
-    continuous batching), which is how a single llama.cpp process serves 16 callers."""
-    from llama_cpp import Llama
-
-    llm = Llama(model_path=str(gguf), n_threads=threads, n_ctx=2048, n_batch=1024, verbose=False,
-                use_extra_bufts=False)  # no repacked weight layouts
-
-    def gen(prompt: list[int], n: int) -> tuple[float, float]:
-        llm.reset()
-        t0 = time.perf_counter()
-        first = None
-        count = 0
-        for _tok in llm.generate(prompt, temp=0.0, top_k=1):
-            count += 1
-            if first is None:
-                first = time.perf_counter()
-            if count >= n:
-                break
-        return (first or t0) - t0, time.perf_counter() - (first or t0)
-
-    gen(rand_prompt(16, 99), 1)
-    f = Figures()
-    f.ttft_ms = {n: statistics.median(gen(rand_prompt(n, 1000 * n + i), 1)[0] * 1000 for i in range(3))
-                 for n in w.lengths}
-    _, rest = gen(rand_prompt(32, 5), w.decode_tokens)
-    f.decode_tok_s = (w.decode_tokens - 1) / rest
-    t0 = time.perf_counter()
-    for i in range(w.streams):
-        gen(rand_prompt(32, 7000 + i), w.stream_tokens)
-    f.agg_tok_s = w.streams * w.stream_tokens / (time.perf_counter() - t0)
-    return f
+def llama_cpp(python: str, checkpoint: Path, qtype: str, threads: int, w: Workload) -> Figures:
+    """llama.cpp on a GGUF of the same weights, both steps in the peers' own environment
+    (``python``: llama-cpp-python + gguf): benchmarks/peers/gguf_export.py, then
+    benchmarks/peers/llama_cpp_figures.py on the same prompts as every other engine."""
+    peers = Path(__file__).resolve().parent / "peers"
+    gguf = checkpoint.parent / f"{checkpoint.name}-{qtype}.gguf"
+    if not gguf.exists():
+        subprocess.run([python, str(peers / "gguf_export.py"), str(checkpoint), str(gguf), "--type", qtype], check=True)
+    job = {"gguf": str(gguf), "threads": threads, "warm": rand_prompt(16, 99),
+           "ttft": {n: [rand_prompt(n, 1000 * n + i) for i in range(3)] for n in w.lengths},
+           "decode": rand_prompt(32, 5), "decode_tokens": w.decode_tokens,
+           "streams": [rand_prompt(32, 7000 + i) for i in range(w.streams)], "stream_tokens": w.stream_tokens}
+    out = subprocess.run([python, str(peers / "llama_cpp_figures.py")], input=json.dumps(job), text=True,
+                         capture_output=True, check=True).stdout
+    got = json.loads(out)
+    return Figures({int(n): ms for n, ms in got["ttft_ms"].items()}, got["decode_tok_s"], got["agg_tok_s"])
 
 
 def vllm_cpu(path: Path, w: Workload) -> Figures:
@@ -179,7 +167,9 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--stream-tokens", type=int, default=128)
-    ap.add_argument("--gguf", default="", help="llama.cpp GGUF files: NAME=path[,NAME=path] (e.g. Q8_0=m.gguf)")
+    ap.add_argument("--llama-cpp-python", default="",
+                    help="a python with llama-cpp-python + gguf (e.g. /work/peers-venv/bin/python): adds llama.cpp")
+    ap.add_argument("--gguf-types", default="F16,Q8_0", help="GGUF weight types to convert to and run")
     ap.add_argument("--skip-transformers-fp32", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -193,12 +183,11 @@ def main() -> None:
                        "transformers bf16": transformers_eager(path, "bfloat16", w)}
             if not args.skip_transformers_fp32:
                 results["transformers fp32"] = transformers_eager(path, "float32", w)
-            if importlib.util.find_spec("llama_cpp") is not None:
-                for item in filter(None, args.gguf.split(",")):
-                    name, _, file = item.partition("=")
-                    results[f"llama.cpp {name}"] = llama_cpp(Path(file), args.threads, w)
+            if args.llama_cpp_python:
+                for qtype in filter(None, args.gguf_types.split(",")):
+                    results[f"llama.cpp {qtype}"] = llama_cpp(args.llama_cpp_python, path, qtype, args.threads, w)
             else:
-                print("(llama-cpp-python not importable: llama.cpp peers skipped)")
+                print("(no --llama-cpp-python: llama.cpp peers skipped)")
             if importlib.util.find_spec("vllm") is not None:
                 results["vLLM CPU bf16"] = vllm_cpu(path, w)
             else:
