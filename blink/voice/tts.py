@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import shutil
 from collections.abc import AsyncIterator
@@ -86,6 +87,9 @@ class EspeakSynthesizer:
         self.voice = voice
         # 165 wpm: a little slower than espeak's default 175, noticeably clearer.
         self.words_per_minute = words_per_minute
+        # Imported now (espeak-ng speaks at 22.05 kHz, so every clause is resampled): the first
+        # import of scipy.signal takes ~1 s of CPU here, which would land on the first answer.
+        importlib.import_module("scipy.signal")
 
     async def synthesize(self, text: str) -> bytes:
         proc = await asyncio.create_subprocess_exec(
