@@ -17,6 +17,7 @@ from blink.gateway.app import AppService, create_app
 from blink.gateway.cost_tracker import CostTracker, build_cost_tracker
 from blink.gateway.front import ANONYMOUS_KEY, GatewayFront
 from blink.gateway.front_builder import build_front_factory, build_key_store
+from blink.gateway.gc_tuning import tune_gc
 from blink.gateway.resilience.metrics import RouterCollector
 from blink.gateway.router.build import build_routed_backend, default_embedder
 from blink.gateway.router.classifier import Embedder
@@ -176,6 +177,7 @@ def run(settings: Settings) -> None:
 
     logging.basicConfig(level=settings.server.log_level.upper() if settings.server.log_level != "trace" else "DEBUG")
     app = build_app(settings)
+    tune_gc()  # the process-wide GC settings (gc_tuning.py says why and what they save)
     uvicorn.run(
         app,
         host=settings.server.host,

@@ -1,0 +1,28 @@
+"""The gateway process's cyclic-GC settings: fewer, cheaper collections on the request path.
+
+Each streamed request leaves a few hundred short-lived container objects in reference cycles
+(tasks, coroutine frames, exceptions with tracebacks, aiohttp responses), so with CPython's
+default gen-0 threshold (700) a collection ran every ~4 requests, and every tenth of those
+promoted into a gen-1 pass, and the gen-2 passes walked the ~100k objects the imports and the
+app built at start-up. Measured in the pinned gateway under ``benchmarks/gateway_overhead.py``
+load (thread CPU time inside ``gc.callbacks``, 3,700 requests): 0.30 ms of GC per request by
+default, 0.05 ms with these settings; CPU-s per 1,000 streamed requests 2.1-2.4 -> 1.7.
+"""
+
+from __future__ import annotations
+
+import gc
+
+# Allocations (net of frees) between gen-0 collections: ~30 requests' worth instead of ~4. The
+# garbage that waits meanwhile is bounded by it (20k small objects, a few MiB).
+GEN0_THRESHOLD = 20_000
+
+
+def tune_gc() -> None:
+    """Call once, after the app is built and before serving: what exists now lives as long as
+    the process, so it is moved out of the collector's sight (``gc.freeze``) and full
+    collections stop re-walking it; gen-0 collections then run far less often."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GEN0_THRESHOLD, gen1, gen2)
