@@ -1,4 +1,4 @@
-"""``blink`` command line: ``serve``, ``chat`` and ``models list|download``."""
+"""``blink`` command line: ``serve``, ``chat``, ``voice`` and ``models list|download``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from blink.gateway.batch.cli import batch_app
 from blink.gateway.cli_cache import cache_app
 from blink.gateway.cli_keys import keys_app
 from blink.gateway.cost_cli import usage
+from blink.voice.cli import voice
 
 app = typer.Typer(help="Blink: a real-time, OpenAI-compatible LLM inference server.", no_args_is_help=True)
 models_app = typer.Typer(help="List or download models.", no_args_is_help=True)
@@ -27,6 +28,7 @@ app.add_typer(batch_app, name="batch")
 app.add_typer(engine_app, name="engine")
 app.command()(usage)
 app.command()(bench)
+app.command()(voice)
 
 _DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 

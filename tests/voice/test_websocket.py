@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import wave
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,11 +14,13 @@ from typing import Any
 import openai
 import pytest
 from live_server import LiveServer
+from typer.testing import CliRunner
 from voice_audio import silence, speak
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from blink.backends.base import Backend
+from blink.cli import app as cli_app
 from blink.config import ModelSettings, Settings
 from blink.serve import build_app
 
@@ -192,3 +196,18 @@ async def test_voice_off_or_unavailable_says_why_and_closes(
         code, items = await _refused(f"ws://127.0.0.1:{server.port}/v1/voice")
     assert code == close_code
     assert [m["error"]["type"] for m in items if isinstance(m, dict)] == [error_type]
+
+
+def test_blink_voice_plays_a_wav_file_and_prints_transcript_and_timings(
+        served: tuple[str, Backend], tmp_path: Path) -> None:
+    # espeak-ng's own 22.05 kHz WAV: the command resamples it to 16 kHz before sending.
+    wav = tmp_path / "question.wav"
+    wav.write_bytes(subprocess.run(["espeak-ng", "-w", "/dev/stdout", "-v", "en-us", "-s", "150", "--",
+                                    "How many apples are left in the basket?"],
+                                   capture_output=True, check=True, timeout=30).stdout)
+    out = tmp_path / "answer.wav"
+    result = CliRunner().invoke(cli_app, ["voice", str(wav), "--url", served[0], "--out", str(out), "--speed", "4"])
+    assert result.exit_code == 0, result.output
+    assert "apples" in result.output.lower() and "timings: vad_hang" in result.output
+    with wave.open(str(out)) as w:
+        assert (w.getframerate(), w.getnchannels()) == (16_000, 1) and w.getnframes() > 8_000
