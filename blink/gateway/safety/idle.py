@@ -28,13 +28,30 @@ class IdleGate:
         # Set while someone waits for the backlog to finish (tests, shutdown): no more waiting.
         self.urgent = False
         self.deferrals = 0  # probes that found the loop busy (how often background work gave way)
+        self._streak = False  # the last probe found the loop idle and nothing has happened since
+
+    def activity(self) -> None:
+        """A response just ended: its client's next request is likely on its way, so the next
+        check waits for a full probe instead of running in the gap before that request lands."""
+        self._streak = False
 
     async def idle(self, backlog: int) -> None:
         """Return once the loop is idle, or at once when urgent or ``backlog`` is at its bound."""
         loop = asyncio.get_running_loop()
+        if self.urgent or backlog >= self.max_backlog:
+            return
+        if self._streak:
+            # Inside an idle stretch a yield is enough: straight back means nothing was ready
+            # and no I/O had arrived, so the backlog drains at full speed (~10 us a text).
+            start = loop.time()
+            await asyncio.sleep(0)
+            if loop.time() - start <= self.idle_lag_s:
+                return
+            self._streak = False
         while not self.urgent and backlog < self.max_backlog:
             due = loop.time() + self.probe_s
             await asyncio.sleep(self.probe_s)
             if loop.time() - due <= self.idle_lag_s:
+                self._streak = True
                 return
             self.deferrals += 1

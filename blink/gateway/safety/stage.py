@@ -86,6 +86,7 @@ class SafetyStage:
         if CONTENT_FILTER in finish_reasons(rendered):
             return  # blocked in line (counted there): never cached
         self._backlog.append((req, model, rendered, on_clean))
+        self.gate.activity()
         if self._drainer is None:
             self._drainer = asyncio.get_running_loop().create_task(self._drain())
 
