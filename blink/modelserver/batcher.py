@@ -111,7 +111,8 @@ class DynamicBatcher(Generic[In, Out]):
         self._run_batch = run_batch
         # Size of the previous batch, written and read by the worker thread only.
         self._last_size = 0
-        self._queue: queue.Queue[_Item[In, Out] | None] = queue.Queue()
+        # SimpleQueue: a C put/get without Queue's Python-level lock and condition (~3 us less a put).
+        self._queue: queue.SimpleQueue[_Item[In, Out] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"blink-batch-{name}", daemon=True)
         self._thread.start()
 
@@ -129,14 +130,20 @@ class DynamicBatcher(Generic[In, Out]):
 
     async def run(self, values: Sequence[In]) -> list[Out]:
         """One output per value, in order; awaits without blocking the event loop."""
-        request = self.submit(values, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        request = self.submit(values, loop)
+        # A bare timer, not asyncio.timeout(): that context manager was ~10% of the loop's time
+        # per request. Queueing + one model call; past it the call has hung.
+        timer = loop.call_later(self.config.timeout_s + _HUNG_S, self._expire, request.future)
         try:
-            async with asyncio.timeout(self.config.timeout_s + _HUNG_S):  # queueing + one model call
-                return await request.future  # type: ignore[misc]
-        except TimeoutError:
-            raise BackendTimeoutError(f"Model '{self.name}' did not answer in time.") from None
+            return await request.future  # type: ignore[misc]
         finally:
+            timer.cancel()
             request.future.cancel()  # no-op once done; the worker skips a gone caller's inputs
+
+    def _expire(self, future: asyncio.Future[list[Out]]) -> None:
+        if not future.done():
+            future.set_exception(BackendTimeoutError(f"Model '{self.name}' did not answer in time."))
 
     def run_sync(self, values: Sequence[In]) -> list[Out]:
         """``run`` for callers on plain threads (never call it on the event loop: it blocks)."""

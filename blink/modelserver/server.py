@@ -57,15 +57,20 @@ class ServedModel:
     labels: tuple[str, ...] = ()
 
     async def run(self, texts: list[str]) -> np.ndarray:
-        return np.stack([row for row, _ in await self.batcher.run(texts)])
+        return _stack(await self.batcher.run(texts))
 
     async def run_counted(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
         """Rows and full token counts (the endpoints' length check and usage)."""
         out = await self.batcher.run(texts)
-        return np.stack([row for row, _ in out]), [n for _, n in out]
+        return _stack(out), [n for _, n in out]
 
     def run_sync(self, texts: list[str]) -> np.ndarray:
-        return np.stack([row for row, _ in self.batcher.run_sync(texts)])
+        return _stack(self.batcher.run_sync(texts))
+
+
+def _stack(out: list[Counted]) -> np.ndarray:
+    """Rows as one array; a single row is a view (np.stack's dispatch was ~6% of the loop's time)."""
+    return out[0][0][None] if len(out) == 1 else np.stack([row for row, _ in out])
 
 
 def _rows(fn: Callable[[list[str]], tuple[np.ndarray, list[int]]]) -> Callable[[list[str]], list[Counted]]:
