@@ -79,3 +79,25 @@ def test_vector_index_switches_to_hnsw_and_keeps_answering() -> None:
     assert index.search(vecs[5], 1)[0][1] == 1000
     assert all(i != 7 for _, i in index.search(vecs[7], 5))
     assert len(index) == 399
+
+
+def test_vector_index_build_now_builds_the_graph_in_the_caller_and_keeps_inserting() -> None:
+    """The load-time build (several cores, in the caller's thread): the graph answers at once and
+    later inserts still go into it."""
+    import numpy as np
+
+    from blink.gateway.cache.vector_index import VectorIndex
+
+    rng = np.random.default_rng(1)
+    vecs = rng.standard_normal((301, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    index = VectorIndex(16, hnsw_threshold=100)
+    for i, v in enumerate(vecs[:300]):
+        index.add(i, v)
+    index.build_now(threads=2)
+    assert index._hnsw is not None and index._building is None
+    assert index._hnsw.get_current_count() == 300
+    index.add(300, vecs[300])
+    assert index._hnsw.get_current_count() == 301
+    assert [i for _, i in index.search(vecs[300], 1)] == [300]
+    assert [i for _, i in index.search(vecs[17], 1)] == [17]

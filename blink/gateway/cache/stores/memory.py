@@ -6,6 +6,7 @@ for what is live; the async methods satisfy ``CacheStore`` for purely in-memory 
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -89,9 +90,11 @@ class MemoryCacheStore:
         return evicted
 
     def build_indexes(self) -> None:
-        """Build every large namespace's graph now (at load, so the first request never waits)."""
+        """Build every large namespace's graph now (at load, so the first request never waits),
+        on every core this process may use: nothing is being served yet."""
+        threads = len(os.sched_getaffinity(0))
         for index in self._indexes.values():
-            index.wait_ready()
+            index.build_now(threads)
 
     def clear_sync(self) -> int:
         n = len(self._lru)
