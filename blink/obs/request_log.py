@@ -6,6 +6,7 @@ enabled, and then pass through PII redaction first.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -14,6 +15,12 @@ import orjson
 
 from blink.obs.redact import redact
 from blink.obs.trace import RequestTrace
+
+# Lines written from the event loop wait this long and go out together: one write syscall per
+# ~30 requests at 600 req/s instead of one each (stdout is unbuffered under PYTHONUNBUFFERED and
+# files are line-buffered, so each line was its own syscall: ~2% of the gateway's CPU per request
+# in the pinned profile). 50 ms is far inside any log shipper's own batching delay.
+_FLUSH_S = 0.05
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -25,6 +32,8 @@ class RequestLogger:
         self._stream = stream if stream is not None else sys.stdout
         self.log_prompts = log_prompts
         self._redact_pii = redact_pii
+        self._pending: list[str] = []
+        self._flush_at: asyncio.TimerHandle | None = None
 
     @classmethod
     def to_target(cls, target: str, *, log_prompts: bool = False, redact_pii: bool = True) -> RequestLogger:
@@ -67,11 +76,30 @@ class RequestLogger:
         return rec
 
     def write(self, t: RequestTrace) -> None:
-        self._stream.write(orjson.dumps(self.record(t)).decode() + "\n")
+        line = orjson.dumps(self.record(t)).decode() + "\n"
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a script, a test): write at once
+            self._stream.write(line)
+            return
+        self._pending.append(line)
+        if self._flush_at is None:
+            self._flush_at = loop.call_later(_FLUSH_S, self.flush)
+
+    def flush(self) -> None:
+        """Write the lines held back so far (at the timer, and on close)."""
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+            self._flush_at = None
+        if self._pending:
+            lines = "".join(self._pending)
+            self._pending.clear()
+            self._stream.write(lines)
 
     def _clean(self, text: str) -> str:
         return redact(text) if self._redact_pii else text
 
     def close(self) -> None:
+        self.flush()
         if self._stream not in (sys.stdout, sys.stderr):
             self._stream.close()

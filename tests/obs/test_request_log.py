@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
 
@@ -55,3 +56,30 @@ def test_redaction_patterns() -> None:
     for secret in ("abcdefghijklmnop1234", "4111", "123-45", "10.1.2.3", "a.b+c", "555-0100"):
         assert secret not in out, (secret, out)
     assert redact("the answer is 42, in 2024") == "the answer is 42, in 2024"
+
+
+def test_lines_from_the_event_loop_go_out_together_and_on_close() -> None:
+    class CountingBuffer(io.StringIO):
+        writes = 0
+
+        def write(self, s: str) -> int:
+            CountingBuffer.writes += 1
+            return super().write(s)
+
+        def close(self) -> None:  # kept open so the test can read what closing flushed
+            pass
+
+    async def scenario() -> tuple[int, int, int]:
+        buf = CountingBuffer()
+        log = RequestLogger(buf)
+        for i in range(5):
+            log.write(RequestTrace(route="chat", model=f"m{i}"))
+        held = len(_lines(buf))
+        await asyncio.sleep(0.2)  # past the flush delay: one write for all five
+        flushed = len(_lines(buf))
+        log.write(RequestTrace(route="chat", model="last"))
+        log.close()  # closing flushes what the timer has not written yet
+        return held, flushed, len(_lines(buf))
+
+    assert asyncio.run(scenario()) == (0, 5, 6)
+    assert CountingBuffer.writes == 2
