@@ -21,7 +21,8 @@ from websockets.exceptions import ConnectionClosed
 
 from blink.backends.base import Backend
 from blink.cli import app as cli_app
-from blink.config import ModelSettings, Settings
+from blink.config import AuthSettings, ModelSettings, Settings
+from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 
 MODEL = "tiny"
@@ -211,3 +212,25 @@ def test_blink_voice_plays_a_wav_file_and_prints_transcript_and_timings(
     assert "apples" in result.output.lower() and "timings: vad_hang" in result.output
     with wave.open(str(out)) as w:
         assert (w.getframerate(), w.getnchannels()) == (16_000, 1) and w.getnframes() > 8_000
+
+
+async def test_api_keys_guard_the_voice_socket(tmp_path: Path) -> None:
+    keys_db = tmp_path / "keys.db"
+    _, secret = ApiKeyStore(keys_db).create("acme")
+    settings = Settings(models=[ModelSettings(name="up", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
+                        auth=AuthSettings(enabled=True, keys_db=str(keys_db)), voice={"enabled": True})
+    with LiveServer(build_app(settings)) as server:
+        url = f"ws://127.0.0.1:{server.port}/v1/voice"
+        for headers, code in [({}, "missing_api_key"), ({"authorization": "Bearer wrong"}, "invalid_api_key")]:
+            async with connect(url, additional_headers=headers) as ws:
+                inbox = Inbox(ws)
+                await asyncio.wait_for(inbox.task, 30)
+            assert ws.close_code == 1008
+            assert [(m["error"]["type"], m["error"]["code"]) for m in inbox.items if isinstance(m, dict)] == [
+                ("authentication_error", code)]
+        async with connect(url, additional_headers={"x-api-key": secret}) as ws:
+            inbox = Inbox(ws)
+            await inbox.wait_for(lambda: inbox.events("session.created"), 30)
+            await ws.send(json.dumps({"type": "session.close"}))
+            await asyncio.wait_for(inbox.task, 30)
+        assert ws.close_code == 1000
