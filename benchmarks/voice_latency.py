@@ -184,6 +184,10 @@ def smart_turn_cost(path: str | None, runs: int = 20) -> None:
     import onnxruntime as ort
     from faster_whisper.feature_extractor import FeatureExtractor
 
+    core, _ = split_cores()
+    if core:
+        os.sched_setaffinity(0, core)  # where the server's voice stages run
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     session = ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"])
