@@ -214,23 +214,33 @@ def test_blink_voice_plays_a_wav_file_and_prints_transcript_and_timings(
         assert (w.getframerate(), w.getnchannels()) == (16_000, 1) and w.getnframes() > 8_000
 
 
-async def test_api_keys_guard_the_voice_socket(tmp_path: Path) -> None:
+async def test_api_keys_and_session_limits_guard_the_voice_socket(tmp_path: Path) -> None:
     keys_db = tmp_path / "keys.db"
     _, secret = ApiKeyStore(keys_db).create("acme")
     settings = Settings(models=[ModelSettings(name="up", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
-                        auth=AuthSettings(enabled=True, keys_db=str(keys_db)), voice={"enabled": True})
+                        auth=AuthSettings(enabled=True, keys_db=str(keys_db)),
+                        voice={"enabled": True, "max_sessions": 1, "max_session_s": 2})
     with LiveServer(build_app(settings)) as server:
         url = f"ws://127.0.0.1:{server.port}/v1/voice"
         for headers, code in [({}, "missing_api_key"), ({"authorization": "Bearer wrong"}, "invalid_api_key")]:
-            async with connect(url, additional_headers=headers) as ws:
-                inbox = Inbox(ws)
-                await asyncio.wait_for(inbox.task, 30)
-            assert ws.close_code == 1008
-            assert [(m["error"]["type"], m["error"]["code"]) for m in inbox.items if isinstance(m, dict)] == [
+            close, items = await _refused_with(url, headers)
+            assert close == 1008
+            assert [(m["error"]["type"], m["error"]["code"]) for m in items if isinstance(m, dict)] == [
                 ("authentication_error", code)]
         async with connect(url, additional_headers={"x-api-key": secret}) as ws:
             inbox = Inbox(ws)
             await inbox.wait_for(lambda: inbox.events("session.created"), 30)
-            await ws.send(json.dumps({"type": "session.close"}))
+            # One session at most: a second one is told to come back later.
+            close, items = await _refused_with(url, {"x-api-key": secret})
+            assert close == 1013
+            assert [m["error"]["code"] for m in items if isinstance(m, dict)] == ["too_many_sessions"]
+            # The session time limit (2 s here) closes even an idle session.
             await asyncio.wait_for(inbox.task, 30)
         assert ws.close_code == 1000
+
+
+async def _refused_with(url: str, headers: dict[str, str]) -> tuple[int | None, list[dict[str, Any] | bytes]]:
+    async with connect(url, additional_headers=headers) as ws:
+        inbox = Inbox(ws)
+        await asyncio.wait_for(inbox.task, 30)
+    return ws.close_code, inbox.items
