@@ -37,15 +37,25 @@ def resolve_model_dir(model: str) -> Path:
     return Path(snapshot_download(model if "/" in model else f"sentence-transformers/{model}"))
 
 
+# Bumped when the export changes, so a file exported the old way is not reused.
+_EXPORT_VERSION = "eager-attention"
+
+
 def _onnx_path(model_dir: Path, onnx_dir: Path, quantize: bool) -> Path:
     weights = model_dir / "model.safetensors"
-    stamp = f"{model_dir.resolve()}:{weights.stat().st_mtime_ns if weights.exists() else 0}"
+    stamp = f"{model_dir.resolve()}:{weights.stat().st_mtime_ns if weights.exists() else 0}:{_EXPORT_VERSION}"
     tag = hashlib.sha256(stamp.encode()).hexdigest()[:16]
     return onnx_dir / f"{model_dir.name}-{tag}{'-int8' if quantize else ''}.onnx"
 
 
 def export_onnx(model_dir: Path, out: Path) -> None:
-    """Export the transformer (token embeddings out; pooling happens in numpy)."""
+    """Export the transformer (token embeddings out; pooling happens in numpy).
+
+    Eager attention, not PyTorch's SDPA: the SDPA trace carries its mask as IsNaN/Where nodes
+    on every layer; the eager graph has none and its int8 form ran a 10-15-token question in
+    0.90-0.93x the CPU time (1,200-1,500 questions alternating, one thread), embeddings at
+    cosine >= 0.9956 (mean 0.99996) to the SDPA export's int8 ones on the 800 dev questions.
+    """
     import torch
     from transformers import AutoModel
 
@@ -54,7 +64,7 @@ def export_onnx(model_dir: Path, out: Path) -> None:
 
         def __init__(self) -> None:
             super().__init__()
-            self.bert = AutoModel.from_pretrained(model_dir).eval()
+            self.bert = AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
 
         def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
             out = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
