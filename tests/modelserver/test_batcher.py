@@ -131,3 +131,20 @@ async def test_adaptive_window_skips_the_wait_for_a_lone_caller() -> None:
         assert time.perf_counter() - t0 < 0.4 and fn.batches == [[0], [1], [2]]
     finally:
         b.close()
+
+
+async def test_a_hung_model_call_fails_its_callers_with_504(monkeypatch: pytest.MonkeyPatch) -> None:
+    import blink.modelserver.batcher as batcher
+
+    monkeypatch.setattr(batcher, "_HUNG_S", 0.05)  # the 5 s production grace, shortened for the test
+    fn = Squarer(delay_s=0.5)
+    b = DynamicBatcher("sq", fn, BatchConfig(max_batch_size=1, window_s=0.0, timeout_s=0.05))
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(BackendTimeoutError):
+            await b.run([1])
+        assert time.perf_counter() - t0 < 0.45  # answered before the model call finished
+        with pytest.raises(BackendTimeoutError):
+            await asyncio.to_thread(b.run_sync, [2])  # thread callers get the same 504
+    finally:
+        b.close()
