@@ -124,7 +124,8 @@ class OpenAIHTTPBackend:
                     if decoder.error is not None:
                         raise decoder.error
                     if decoder.done:
-                        await _drain(chunks)
+                        if not resp.content.at_eof():  # usually the body's end came in the same read
+                            await _drain(chunks)
                         return
                 for delta in decoder.flush():
                     yield delta

@@ -141,6 +141,8 @@ class RoutedBackend:
             fut = tier.admission.try_enter(req.priority, budget, ttft)
             if fut is None:
                 continue
+            if fut.done():  # a free slot: admitted at once, no deadline timer to set and cancel
+                return fut.result(), i
             try:
                 async with asyncio.timeout(remaining(req.deadline)):
                     return await fut, i
