@@ -40,8 +40,8 @@ def served(tiny_qwen2: Path) -> Iterator[tuple[str, Backend]]:
         models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=512)],
         # A long greedy answer: the random model is still talking when the barge-in test cuts in.
-        voice={"enabled": True, "max_tokens": 300, "temperature": 0.0, "stt_partial_every_s": 0,
-               "max_chunk_bytes": MAX_CHUNK},
+        # Streaming partial transcripts stay on (every 0.6 s of speech), as deployed.
+        voice={"enabled": True, "max_tokens": 300, "temperature": 0.0, "max_chunk_bytes": MAX_CHUNK},
     )
     app = build_app(settings)
     with LiveServer(app) as server:
@@ -102,6 +102,7 @@ async def test_a_spoken_question_gets_a_transcript_text_and_audio(served: tuple[
     assert ws.close_code == 1000
     kinds = inbox.summary()
     assert kinds[0] == "session.created"
+    assert inbox.events("transcript.partial")  # 2.7 s of speech: re-decoded while it was spoken
     finals = inbox.events("transcript.final")
     assert finals and "apples" in finals[-1]["text"].lower()
     order = [kinds.index(k) for k in ("speech.started", "speech.stopped", "turn.ended", "response.text.delta")]
