@@ -188,8 +188,8 @@ class _Session:
                                          return_when=asyncio.FIRST_COMPLETED)
             if receiver in done and receiver.result() == "input.end":
                 done, _ = await asyncio.wait({sender}, timeout=self.limits.max_session_s)
-            if receiver in done and isinstance(receiver.result(), _Refused):
-                refused = receiver.result()
+            refused = receiver.result() if receiver in done else None
+            if isinstance(refused, _Refused):
                 close_code = refused.code
                 await self._send(refused.body)
             elif sender in done and sender.exception() is not None:
