@@ -9,7 +9,11 @@ generator share the other core(s). Prints, per path: TTFT p50/p99 at concurrency
 proxy adds, CPU-seconds per 1,000 streamed requests and streamed requests/s at concurrency 64.
 
     apt-get install -y --no-install-recommends nginx   # once (Debian package)
-    python benchmarks/gateway_overhead.py [--requests 400] [--requests-c64 2000]
+    python benchmarks/gateway_overhead.py [--requests 400] [--requests-c64 2000] [--before DIR]
+
+``--before DIR`` (a checkout of an earlier commit, e.g. ``git worktree add /tmp/before SHA``)
+adds that checkout's gateway as one more path, pinned to the same core and measured in the same
+run, and prints this checkout's figures as ratios of it.
 
 Anchors from the issue (measured elsewhere): LiteLLM +15 ms TTFT p50, 37.5 CPU-s / 1k requests;
 nginx +0.2 ms, 0.10 CPU-s / 1k. Goals: +0.5 ms p50, +2 ms p99, <= 1.5 CPU-s / 1k, >= 600 req/s.
@@ -142,6 +146,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=400, help="requests at concurrency 1, per path")
     ap.add_argument("--requests-c64", type=int, default=2000, help="requests at concurrency 64, per path")
+    ap.add_argument("--before", type=Path, help="a checkout of an earlier commit: its gateway is one more path")
     args = ap.parse_args()
     if shutil.which("nginx") is None:
         sys.exit("nginx is not installed: apt-get install -y --no-install-recommends nginx")
@@ -149,7 +154,7 @@ def main() -> None:
     if other_cores:
         os.sched_setaffinity(0, other_cores)  # this load generator
     tmp = Path(tempfile.mkdtemp(prefix="blink-overhead-"))
-    up_port, nginx_port, blink_port = free_port(), free_port(), free_port()
+    up_port, nginx_port, blink_port, before_port = free_port(), free_port(), free_port(), free_port()
     cli = [sys.executable, "-m", "blink.cli"]
     key = subprocess.run([*cli, "keys", "create", "--db", str(tmp / "keys.db")], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout.strip()  # fmt: skip
@@ -160,20 +165,33 @@ def main() -> None:
     log = (tmp / "blink.log").open("wb")  # the JSON request log goes here, not to the terminal
     blink = subprocess.Popen([*cli, "serve", "--config", str(blink_config(tmp, up_port, blink_port))], cwd=ROOT,
                              preexec_fn=pinned(proxy_core), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    procs = [blink, nginx, up]
+    before: subprocess.Popen[bytes] | None = None
+    if args.before is not None:  # `python -m` from its directory imports that checkout's blink
+        (tmp / "before").mkdir()
+        shutil.copy(tmp / "keys.db", tmp / "before" / "keys.db")
+        before = subprocess.Popen([*cli, "serve", "--config", str(blink_config(tmp / "before", up_port, before_port))],
+                                  cwd=args.before, preexec_fn=pinned(proxy_core), stdout=log,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+        procs.insert(0, before)
     try:
         wait_ready(f"http://127.0.0.1:{up_port}/v1/models", up)
         wait_ready(f"http://127.0.0.1:{nginx_port}/v1/models", nginx)
         wait_ready(f"http://127.0.0.1:{blink_port}/health", blink)
+        if before is not None:
+            wait_ready(f"http://127.0.0.1:{before_port}/health", before)
         print(f"cores: proxies {proxy_core or 'any'}; upstream + load generator {other_cores or 'any'}")
         # "blink" asks for the routed model; "blink-nr" for the upstream model itself (same auth, rate
         # limit, cache; no router/breaker): the difference is what routing and resilience cost.
         paths = {"direct": (up_port, None), "nginx": (nginx_port, nginx.pid), "blink-nr": (blink_port, blink.pid),
                  "blink": (blink_port, blink.pid)}  # fmt: skip
+        if before is not None:
+            paths["before"] = (before_port, before.pid)
         rows: dict[str, dict[str, float]] = {}
         counter = itertools.count()  # one prompt number sequence for the whole run: no prompt repeats
         for name, (port, pid) in paths.items():
             url = f"http://127.0.0.1:{port}/v1/chat/completions"
-            model = "auto" if name == "blink" else "fake"  # the fake upstream ignores the model
+            model = "auto" if name in ("blink", "before") else "fake"  # the fake upstream ignores the model
             row: dict[str, float] = {}
             for conc, n in ((1, args.requests), (64, args.requests_c64)):
                 cpu0 = cpu_seconds(pid) if pid else 0.0
@@ -198,8 +216,14 @@ def main() -> None:
         print(f"blink vs LiteLLM anchors: added TTFT p50 {blink_added:.2f} vs {LITELLM_ADDED_P50_MS} ms; "
               f"CPU-s/1k {b['cpu_64']:.2f} vs {LITELLM_CPU_S_PER_1K} ({LITELLM_CPU_S_PER_1K / b['cpu_64']:.1f}x less); "
               f"one-core capacity ~{1000 / b['cpu_64']:.0f} streamed req/s from CPU-s/1k")
+        if before is not None:
+            o = rows["before"]
+            print(f"blink now vs before ({args.before}): added TTFT p50 {blink_added:.2f} vs "
+                  f"{o['p50_1'] - d['p50_1']:.2f} ms, p99 {b['p99_1'] - d['p99_1']:.2f} vs {o['p99_1'] - d['p99_1']:.2f} ms; "
+                  f"CPU-s/1k (c64) {b['cpu_64']:.2f} vs {o['cpu_64']:.2f} ({o['cpu_64'] / b['cpu_64']:.2f}x less); "
+                  f"c64 req/s {b['rps_64']:.0f} vs {o['rps_64']:.0f} ({b['rps_64'] / o['rps_64']:.2f}x)")
     finally:
-        stop(blink, nginx, up)
+        stop(*procs)
 
 
 if __name__ == "__main__":
