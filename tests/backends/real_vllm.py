@@ -54,6 +54,14 @@ def build_checkpoint(root: Path, tokenizer_dir: Path) -> Path:
                                  intermediate_size=256, tokenizer_dir=tokenizer_dir, seed=0)
 
 
+def remove_omp_leftovers(pids: list[int]) -> None:
+    """Intel OpenMP's /dev/shm registration files outlive a vLLM process stopped by a signal."""
+    for pid in pids:
+        if not psutil.pid_exists(pid):
+            for leftover in Path("/dev/shm").glob(f"__KMP_REGISTERED_LIB_{pid}_*"):
+                leftover.unlink(missing_ok=True)
+
+
 class RealVllm:
     """``python -m vllm.entrypoints.openai.api_server`` serving ``model_dir`` as ``served_name``."""
 
@@ -125,6 +133,4 @@ class RealVllm:
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
         psutil.wait_procs(alive, timeout=5)
-        for pid in [proc.pid, *(c.pid for c in children)]:  # Intel OpenMP's files outlive a signalled process
-            for leftover in Path("/dev/shm").glob(f"__KMP_REGISTERED_LIB_{pid}_*"):
-                leftover.unlink(missing_ok=True)
+        remove_omp_leftovers([proc.pid, *(c.pid for c in children)])

@@ -23,7 +23,7 @@ import openai
 import psutil
 import pytest
 from live_server import LiveServer
-from real_vllm import READY_TIMEOUT_S, build_checkpoint, vllm_env, vllm_python
+from real_vllm import READY_TIMEOUT_S, build_checkpoint, remove_omp_leftovers, vllm_env, vllm_python
 from servers import free_port
 
 from blink.backends.vllm_process import VllmProcessBackend, vllm_command
@@ -90,7 +90,7 @@ def test_real_vllm_through_blink_serve(tmp_path: Path, tiny_tokenizer_dir: Path)
         deadline = time.monotonic() + READY_TIMEOUT_S + 30
         while True:
             assert gateway.poll() is None and time.monotonic() < deadline, "blink serve --engine vllm did not start"
-            launched = launched or psutil.Process(gateway.pid).children()
+            launched = psutil.Process(gateway.pid).children(recursive=True)  # vLLM and the workers it forks
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
                     break
@@ -108,9 +108,11 @@ def test_real_vllm_through_blink_serve(tmp_path: Path, tiny_tokenizer_dir: Path)
         if gateway.poll() is None:
             gateway.kill()
             gateway.wait()
-        for proc in launched:  # whatever a failed run left behind (vLLM runs in its own process group)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        for proc in launched:  # whatever a failed run left behind (psutil checks the pid was not reused)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(launched, timeout=5)
+        remove_omp_leftovers([proc.pid for proc in launched])
 
 
 @pytest.fixture
