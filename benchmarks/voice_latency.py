@@ -15,6 +15,7 @@ time, 264 ms), which Blink overlaps with its STT and LLM; its compute-only total
 
     python benchmarks/voice_latency.py [--utterances 10]
     python benchmarks/voice_latency.py --smart-turn PATH.onnx   # CPU cost of smart-turn v3 only
+    python benchmarks/voice_latency.py --ab-speculative-tts     # speculative TTS on vs off
 
 Goal: Blink p50 <= 500 ms on an idle machine.
 """
@@ -213,27 +214,48 @@ def summary(name: str, xs: list[float]) -> str:
     return f"{name:<34} p50 {pct(xs, 50) * 1000:7.0f} ms   p90 {pct(xs, 90) * 1000:7.0f} ms"
 
 
-async def run(utterances: int) -> None:
+def start_server(tmp: Path, name: str, core: set[int] | None, voice: dict[str, Any]) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    config = tmp / f"{name}.yaml"
+    config.write_text(json.dumps({  # JSON is YAML
+        "server": {"port": port},
+        "models": [{"name": "demo", "kind": "embedded", "model": str(demo_model_dir()), "dtype": "float32",
+                    "threads": 1}],
+        "voice": {"enabled": True, "temperature": TEMPERATURE, "max_tokens": MAX_TOKENS, **voice},
+    }))
+    with open(tmp / f"{name}.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "blink.cli", "serve", "--config", str(config)],
+                                preexec_fn=pinned(core), stdout=log, stderr=subprocess.STDOUT)
+    return proc, port
+
+
+def print_blink(title: str, blink: list[dict[str, float]]) -> None:
+    print(title)
+    for key, name in [("speech.stopped", "VAD end of speech"), ("transcript.final", "STT final transcript"),
+                      ("turn.ended", "turn end (hang)"), ("first_delta", "LLM first token released"),
+                      ("first_audio", "first audio byte (total)")]:
+        print("  " + summary(name, [b[key] for b in blink]))
+    print("  pipeline stamps (turn.metrics, from the VAD's first quiet frame):")
+    for key in ["vad_hang_s", "stt_final_s", "llm_ttft_s", "first_clause_s", "tts_first_audio_s", "voice_to_voice_s"]:
+        print("    " + summary(key, [b[f"pipeline.{key}"] for b in blink]))
+
+
+async def run(utterances: int, ab_speculative_tts: bool) -> None:
+    """Blink vs the naive baseline; or (``ab_speculative_tts``) Blink with speculative TTS on vs off."""
     from websockets.asyncio.client import connect
 
     server_core, client_cores = split_cores()
     if client_cores:
         os.sched_setaffinity(0, client_cores)
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "blink.yaml"
-        config.write_text(json.dumps({  # JSON is YAML
-            "server": {"port": port},
-            "models": [{"name": "demo", "kind": "embedded", "model": str(demo_model_dir()), "dtype": "float32",
-                        "threads": 1}],
-            "voice": {"enabled": True, "temperature": TEMPERATURE, "max_tokens": MAX_TOKENS},
-        }))
-        log = open(Path(tmp) / "server.log", "wb")  # noqa: SIM115 - closed with the server below
-        proc = subprocess.Popen([sys.executable, "-m", "blink.cli", "serve", "--config", str(config)],
-                                preexec_fn=pinned(server_core), stdout=log, stderr=subprocess.STDOUT)
+    variants = {"blink": {}} if not ab_speculative_tts else {"on": {}, "off": {"speculative_tts": False}}
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        servers = {name: start_server(tmp, name, server_core, voice) for name, voice in variants.items()}
         try:
-            wait_ready(f"http://127.0.0.1:{port}/ready", proc, timeout=180)
+            for proc, port in servers.values():
+                wait_ready(f"http://127.0.0.1:{port}/ready", proc, timeout=180)
             clips = [speak(QUESTIONS[i % len(QUESTIONS)]) for i in range(utterances)]
+
             def on_server_core(fn: Any, *args: Any) -> Any:
                 """The baseline computes on the server's core (its threads and espeak-ng inherit it)."""
                 if server_core:
@@ -244,39 +266,46 @@ async def run(utterances: int) -> None:
                     if client_cores:
                         os.sched_setaffinity(0, client_cores)
 
-            naive = on_server_core(Sequential, f"http://127.0.0.1:{port}", "demo")
-            on_server_core(naive.turn, clips[0])  # warm-up: the first decode and request pay one-off costs
-            blink: list[dict[str, float]] = []
-            base: list[dict[str, float]] = []
-            # No keep-alive pings: on a loaded 2-core machine a late pong would close the session.
-            async with connect(f"ws://127.0.0.1:{port}/v1/voice", max_size=2**22, ping_interval=None) as ws:
-                await ws.recv()  # session.created
-                await blink_turn(ws, clips[0])  # warm-up
-                for i, clip in enumerate(clips):  # alternate A and B so drift hits both alike
-                    if i % 2:
-                        base.append(on_server_core(naive.turn, clip))
-                        blink.append(await blink_turn(ws, clip))
+            first_port = next(iter(servers.values()))[1]
+            naive = None
+            if not ab_speculative_tts:
+                naive = on_server_core(Sequential, f"http://127.0.0.1:{first_port}", "demo")
+                on_server_core(naive.turn, clips[0])  # warm-up: the first decode and request pay one-off costs
+            results: dict[str, list[dict[str, float]]] = {name: [] for name in [*servers, "baseline"]}
+            sockets = {}
+            for name, (_, port) in servers.items():
+                # No keep-alive pings: on a loaded 2-core machine a late pong would close the session.
+                sockets[name] = await connect(f"ws://127.0.0.1:{port}/v1/voice", max_size=2**22, ping_interval=None)
+                await sockets[name].recv()  # session.created
+                await blink_turn(sockets[name], clips[0])  # warm-up
+            order = [*servers, "baseline"] if naive is not None else list(servers)
+            for i, clip in enumerate(clips):  # alternate the order so drift hits every variant alike
+                for name in order[i % len(order):] + order[:i % len(order)]:
+                    if name == "baseline":
+                        results[name].append(on_server_core(naive.turn, clip))  # type: ignore[union-attr]
                     else:
-                        blink.append(await blink_turn(ws, clip))
-                        base.append(on_server_core(naive.turn, clip))
+                        results[name].append(await blink_turn(sockets[name], clip))
+            for ws in sockets.values():
+                await ws.close()
         except BaseException:
-            stop(proc)
-            log.close()
-            sys.stderr.write((Path(tmp) / "server.log").read_text(errors="replace")[-4000:])
+            for name, (proc, _) in servers.items():
+                stop(proc)
+                sys.stderr.write((tmp / f"{name}.log").read_text(errors="replace")[-4000:])
             raise
-        stop(proc)
-        log.close()
+        for proc, _ in servers.values():
+            stop(proc)
 
     cores = f"server on core {sorted(server_core)}, client on {sorted(client_cores)}" if server_core else "unpinned"
     print(f"voice latency: {utterances} utterances, demo model (random Llama 256x4), {cores}")
-    print("Blink, streaming over /v1/voice (from the end of speech, as the client sees it):")
-    for key, name in [("speech.stopped", "VAD end of speech"), ("transcript.final", "STT final transcript"),
-                      ("turn.ended", "turn end (hang)"), ("first_delta", "LLM first token released"),
-                      ("first_audio", "first audio byte (total)")]:
-        print("  " + summary(name, [b[key] for b in blink]))
-    print("  pipeline stamps (turn.metrics, from the VAD's first quiet frame):")
-    for key in ["vad_hang_s", "stt_final_s", "llm_ttft_s", "first_clause_s", "tts_first_audio_s", "voice_to_voice_s"]:
-        print("    " + summary(key, [b[f"pipeline.{key}"] for b in blink]))
+    if ab_speculative_tts:
+        for name in servers:
+            print_blink(f"Blink, speculative TTS {name}:", results[name])
+        on, off = (pct([b["first_audio"] for b in results[n]], 50) for n in ("on", "off"))
+        print(f"RESULT speculative TTS, first audio byte p50: on {on * 1000:.0f} ms, off {off * 1000:.0f} ms, "
+              f"ratio off/on {off / on:.2f}x")
+        return
+    blink, base = results["blink"], results["baseline"]
+    print_blink("Blink, streaming over /v1/voice (from the end of speech, as the client sees it):", blink)
     print("Naive sequential baseline (whisper on the whole utterance -> whole answer -> espeak-ng on it):")
     print(f"  {'end of turn (fixed, not run)':<34} {ENDPOINT_S * 1000:7.0f} ms")
     for key in ["stt", "llm", "tts", "compute", "total"]:
@@ -295,11 +324,13 @@ def main() -> None:
     ap.add_argument("--utterances", type=int, default=10, help="measured utterances (>= 10 for a p90)")
     ap.add_argument("--smart-turn", nargs="?", const="", default=None, metavar="PATH",
                     help="only measure smart-turn v3's CPU cost (ONNX path; default: from pipecat-ai)")
+    ap.add_argument("--ab-speculative-tts", action="store_true",
+                    help="instead of the baseline: Blink with voice.speculative_tts on vs off, alternating")
     args = ap.parse_args()
     if args.smart_turn is not None:
         smart_turn_cost(args.smart_turn or None)
         return
-    asyncio.run(run(args.utterances))
+    asyncio.run(run(args.utterances, args.ab_speculative_tts))
 
 
 if __name__ == "__main__":

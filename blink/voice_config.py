@@ -26,6 +26,9 @@ class VoiceSettings(BaseModel):
     # Silence that ends a turn, after the VAD's 64 ms stop confirmation (blink/voice/turn.py says why 200).
     hang_ms: int = Field(200, ge=0, le=5000)
     vad_threshold: float = Field(0.5, gt=0.0, lt=1.0)
+    # Synthesise the speculative answer's first clauses during the hang, released at the turn end
+    # (costs the synthesis of answers the user talks over; off: the TTS starts at the turn end).
+    speculative_tts: bool = True
     system_prompt: str | None = None
     max_tokens: int = Field(128, ge=1)
     temperature: float = Field(0.7, ge=0.0, le=2.0)

@@ -23,6 +23,7 @@ class VoiceOptions:
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     max_tokens: int = 128
     temperature: float = 0.7
+    speculative_tts: bool = True
 
 
 @dataclass(slots=True)
@@ -48,6 +49,7 @@ class VoiceAgent:
             TurnStage(hang_s=o.hang_s),
             SttStage(self.transcriber, partial_every_s=o.partial_every_s),
             LlmStage(backend, self.model, system_prompt=o.system_prompt, max_tokens=o.max_tokens,
-                     temperature=o.temperature),
+                     # hold=False: the TTS holds the answer instead, and speaks it during the hang.
+                     temperature=o.temperature, hold=not o.speculative_tts),
             TtsStage(self.synthesizer, ClauseChunker()),
         ])

@@ -27,7 +27,8 @@ def build_voice_agent(settings: VoiceSettings, backend: Backend | None, model: s
         options=VoiceOptions(hang_s=settings.hang_ms / 1000, partial_every_s=settings.stt_partial_every_s,
                              vad_threshold=settings.vad_threshold,
                              system_prompt=settings.system_prompt or DEFAULT_SYSTEM_PROMPT,
-                             max_tokens=settings.max_tokens, temperature=settings.temperature),
+                             max_tokens=settings.max_tokens, temperature=settings.temperature,
+                             speculative_tts=settings.speculative_tts),
     )
 
 

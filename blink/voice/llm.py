@@ -1,6 +1,7 @@
 """The agent's answer, streamed from any ``Backend`` (embedded engine, HTTP upstream, pool).
 
-A final transcript starts a generation at once, speculatively: its text is held back until
+A final transcript starts a generation at once, speculatively: its text is held back (here, or
+with ``hold=False`` by the TTS stage, which then speaks it speculatively too) until
 the turn ends, and thrown away if the user goes on speaking (a newer transcript starts a
 new generation). Cancelling a generation closes the backend stream, which aborts the
 request in the engine and frees its KV blocks.
@@ -40,7 +41,7 @@ DEFAULT_SYSTEM_PROMPT = (
 
 class LlmStage:
     def __init__(self, backend: Backend, model: str, *, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-                 max_tokens: int = 128, temperature: float = 0.7, history_turns: int = 8) -> None:
+                 max_tokens: int = 128, temperature: float = 0.7, history_turns: int = 8, hold: bool = True) -> None:
         self.backend = backend
         self.model = model
         self.system_prompt = system_prompt
@@ -50,6 +51,9 @@ class LlmStage:
         # follow-up questions, bounded so the prompt (and TTFT) stays small.
         self.history_turns = history_turns
         self.history: list[dict[str, Any]] = []
+        # False: the answer goes downstream before the turn ends, for a stage that gates it
+        # itself (TtsStage synthesises the first clause during the hang and releases it at the turn end).
+        self.hold = hold
 
     def _request(self, text: str) -> GenerationRequest:
         """Priority "voice": the engine's scheduler serves it ahead of interactive and batch work."""
@@ -89,6 +93,7 @@ class LlmStage:
         spoken: list[str] = []
         released = False  # the turn ended: this generation's text may go downstream
         held: list[Frame] = []
+        done_early = False  # the whole answer went downstream (hold=False) before the turn ended
 
         async def cancel() -> None:
             nonlocal task
@@ -119,7 +124,11 @@ class LlmStage:
                             remember()
                     break
                 if not upstream:
-                    if released:
+                    if not released and not self.hold:
+                        yield frame
+                        if isinstance(frame, TextEndFrame):
+                            done_early, task = True, None
+                    elif released:
                         yield frame
                         if isinstance(frame, TextEndFrame):
                             remember()
@@ -130,13 +139,16 @@ class LlmStage:
                 if isinstance(frame, FinalTranscriptFrame):
                     yield frame
                     await cancel()
-                    user_text, spoken, released = frame.text, [], False
+                    user_text, spoken, released, done_early = frame.text, [], False, False
                     if frame.text.strip():
                         task = asyncio.ensure_future(self._generate(inbox, inbox.generation, frame.text, spoken))
                     continue
                 if isinstance(frame, TurnEndFrame):
                     yield frame
                     released = True
+                    if done_early:
+                        remember()
+                        done_early = False
                     for f in held:
                         yield f
                         if isinstance(f, TextEndFrame):
@@ -148,7 +160,7 @@ class LlmStage:
                     if released and task is not None:
                         remember()  # what was said before the barge-in stays in the conversation
                     await cancel()
-                    released = False
+                    released = done_early = False
                     yield frame
                     if isinstance(frame, EndFrame):
                         return
@@ -156,6 +168,7 @@ class LlmStage:
                 if isinstance(frame, SpeechStartFrame) and not released:
                     # The user went on within the turn: the speculative answer is stale.
                     await cancel()
+                    done_early = False
                 yield frame
         finally:
             await cancel()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -44,6 +45,9 @@ class TurnClock:
         self._stop_at: float | None = None
         self._stt_s = 0.0
         self._turn_end_at: float | None = None
+        # When the turn end reached the output (observe() runs live, at the socket): the answer,
+        # made speculatively before it, is released to the client from then on.
+        self._released_at = 0.0
         self._ttft_s: float | None = None
         self._text_at: float | None = None
         # The TTS stage's chunker (same defaults) replayed on the released text: where the first clause ends.
@@ -52,7 +56,7 @@ class TurnClock:
         self._last_text_at = 0.0
 
     def _clause(self, frame: TextDeltaFrame) -> None:
-        self._last_text_at = max(frame.at, self._turn_end_at or 0.0)
+        self._last_text_at = frame.at  # made, not released: a clause can be ready before the turn ends
         if self._clause_at is None and self._chunker.push(frame.text):
             self._clause_at = self._last_text_at
 
@@ -63,9 +67,10 @@ class TurnClock:
             self._stt_s = frame.latency_s
         elif isinstance(frame, TurnEndFrame):
             self._turn_end_at = frame.at
+            self._released_at = time.perf_counter()
         elif isinstance(frame, TextDeltaFrame) and frame.ttft_s is not None and self._turn_end_at is not None:
             self._ttft_s = frame.ttft_s
-            self._text_at = max(frame.at, self._turn_end_at)
+            self._text_at = max(frame.at, self._released_at)
             self._clause(frame)
         elif isinstance(frame, TextDeltaFrame) and self._text_at is not None:
             self._clause(frame)
@@ -75,10 +80,11 @@ class TurnClock:
               and self._turn_end_at is not None and self._ttft_s is not None):
             # An answer shorter than one clause is spoken whole when it ends, right after its last delta.
             clause_at = self._clause_at if self._clause_at is not None else self._last_text_at
+            audio_at = max(frame.at, self._released_at)  # synthesised during the hang, heard from the release
             timings = TurnTimings(vad_hang_s=self._turn_end_at - self._stop_at, stt_final_s=self._stt_s,
                                   llm_ttft_s=self._ttft_s, first_clause_s=clause_at - self._stop_at,
-                                  tts_first_audio_s=frame.at - self._text_at,
-                                  voice_to_voice_s=frame.at - self._stop_at)
+                                  tts_first_audio_s=audio_at - self._text_at,
+                                  voice_to_voice_s=audio_at - self._stop_at)
             self._reset()
             return timings
         return None

@@ -22,10 +22,13 @@ from blink.voice.frames import (
     AudioOutFrame,
     EndFrame,
     ErrorFrame,
+    FinalTranscriptFrame,
     Frame,
     InterruptFrame,
+    SpeechStartFrame,
     TextDeltaFrame,
     TextEndFrame,
+    TurnEndFrame,
 )
 from blink.voice.stage import Inbox
 
@@ -107,7 +110,13 @@ class EspeakSynthesizer:
 
 
 class TtsStage:
-    """Text deltas in (passed on), audio frames out; an interrupt drops pending speech."""
+    """Text deltas in (passed on), audio frames out; an interrupt drops pending speech.
+
+    An answer that starts before its turn has ended (the LLM stage's speculative generation,
+    ``LlmStage(hold=False)``) is synthesised at once but held here, text and audio, until the
+    turn ends, so its first clause is ready to play the moment the hang time is over; it is
+    dropped if the user goes on speaking instead.
+    """
 
     def __init__(self, synthesizer: Synthesizer, chunker: ClauseChunker | None = None) -> None:
         self.synthesizer = synthesizer
@@ -133,9 +142,19 @@ class TtsStage:
         inbox = Inbox(frames)
         clauses: asyncio.Queue[str | Frame | None] = asyncio.Queue()
         speaker: asyncio.Task[None] | None = None
+        released = True  # False from a final transcript to its turn's end: the answer is speculative
+        held: list[Frame] = []
+
+        def gate(frame: Frame) -> list[Frame]:
+            """What goes downstream now: the answer's output waits while it is speculative."""
+            if released or not (frame.interruptible or isinstance(frame, ErrorFrame)):
+                return [frame]
+            held.append(frame)
+            return []
 
         async def stop() -> None:
             nonlocal speaker, clauses
+            held.clear()
             inbox.cancel_work()
             self.chunker.reset()
             if speaker is not None:
@@ -160,25 +179,42 @@ class TtsStage:
                         with contextlib.suppress(Exception):
                             await speaker
                         speaker = None
-                        for f in inbox.drain_posts():
+                        for f in inbox.drain_posts() if released else []:
                             yield f
                     break
                 if not upstream:
-                    yield frame
+                    for f in gate(frame):
+                        yield f
                     continue
                 if isinstance(frame, TextDeltaFrame):
-                    yield frame
+                    for f in gate(frame):
+                        yield f
                     say(list(self.chunker.push(frame.text)))
                     continue
                 if isinstance(frame, TextEndFrame):
                     last = self.chunker.flush()
                     if speaker is None and not last:
-                        yield frame
+                        for f in gate(frame):
+                            yield f
                     else:  # the end marker follows the answer's audio
                         say([last, frame] if last else [frame])
                     continue
+                if isinstance(frame, FinalTranscriptFrame):
+                    if not released:  # a newer transcript of the same turn: its answer replaces this one
+                        await stop()
+                    released = False
+                elif isinstance(frame, TurnEndFrame):
+                    yield frame
+                    released = True
+                    out, held[:] = list(held), []
+                    for f in out:
+                        yield f
+                    continue
+                elif isinstance(frame, SpeechStartFrame) and not released:
+                    await stop()  # the user went on within the turn: the speculative answer is stale
                 if isinstance(frame, InterruptFrame | EndFrame):
                     await stop()
+                    released = True
                     yield frame
                     if isinstance(frame, EndFrame):
                         return

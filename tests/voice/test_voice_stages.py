@@ -150,3 +150,26 @@ async def test_tts_reports_a_clause_it_cannot_speak_and_still_ends_the_answer() 
     out = await run_stage(TtsStage(EspeakSynthesizer(binary="true")), [TextDeltaFrame(text="Hello there."),
                                                                        TextEndFrame()])
     assert [type(f) for f in out] == [TextDeltaFrame, ErrorFrame, TextEndFrame]
+
+
+async def test_tts_speaks_a_speculative_answer_early_but_releases_it_only_at_the_turn_end(
+        synthesizer: EspeakSynthesizer) -> None:
+    answer = [TextDeltaFrame(text="Sure, I can help with that. "), TextEndFrame()]
+    out = await run_stage(TtsStage(synthesizer), [FinalTranscriptFrame(text="help me"), *answer,
+                                                  SpeechStopFrame(), TurnEndFrame()],
+                          ignore=(AudioOutFrame,),
+                          expected_out=[FinalTranscriptFrame, SpeechStopFrame, TurnEndFrame, TextDeltaFrame,
+                                        TextEndFrame])
+    turn_end = next(i for i, f in enumerate(out) if isinstance(f, TurnEndFrame))
+    audio = [i for i, f in enumerate(out) if isinstance(f, AudioOutFrame)]
+    assert audio and min(audio) > turn_end  # made during the hang, heard only after it
+
+
+async def test_tts_drops_a_speculative_answer_when_the_user_goes_on(synthesizer: EspeakSynthesizer) -> None:
+    stale = [TextDeltaFrame(text="This answer is stale. "), TextEndFrame()]
+    fresh = [TextDeltaFrame(text="Fresh answer. "), TextEndFrame()]
+    out = await run_stage(TtsStage(synthesizer), [FinalTranscriptFrame(text="book a table"), *stale,
+                                                  SpeechStartFrame(), FinalTranscriptFrame(text="book a table for two"),
+                                                  *fresh, TurnEndFrame()], ignore=(AudioOutFrame,))
+    assert [f.text for f in out if isinstance(f, TextDeltaFrame)] == ["Fresh answer. "]
+    assert [type(f) for f in out].count(TextEndFrame) == 1
