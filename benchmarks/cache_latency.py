@@ -10,7 +10,11 @@ measures from the other core, HTTP in to the last byte out, streaming:
 - miss: a new question, which goes to the upstream (the baseline a hit is compared with);
 - the miss path's own cost: ``ResponseCache.lookup`` (embedding + search) on a miss, in process.
 
-    python benchmarks/cache_latency.py [--entries 100000] [--requests 300]
+    python benchmarks/cache_latency.py [--entries 100000] [--requests 300] [--before DIR]
+
+``--before DIR`` (a checkout of an earlier commit) starts that checkout's gateway too, on the same
+core with a copy of the same cache file, and alternates every request between the two: the
+"now vs before" ratios are measured side by side.
 
 Goals (issue #4): semantic hit p99 <= 5 ms, exact hit p99 <= 1 ms, miss path <= 3 ms p50.
 """
@@ -208,6 +212,8 @@ def main() -> None:
     ap.add_argument("--entries", type=int, default=100_000)
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--onnx-dir", default="~/.blink/onnx")
+    ap.add_argument("--before", type=Path, help="a checkout of an earlier commit (git worktree add DIR SHA): its "
+                    "gateway serves a copy of the same cache, requests alternating with this checkout's")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     tmp = Path(tempfile.mkdtemp(prefix="blink-cache-bench-"))
@@ -227,63 +233,85 @@ def main() -> None:
     cores = os.sched_getaffinity(0)
     server_core, client_core = (sorted(cores)[-1], sorted(cores)[0]) if len(cores) > 1 else (None, None)
     pin = ["taskset", "-c", str(server_core)] if server_core is not None and shutil.which("taskset") else []
-    up_port, gw_port = free_port(), free_port()
-    env = dict(os.environ, BLINK_CACHE__PATH=settings.path, BLINK_CACHE__MAX_ENTRIES=str(settings.max_entries),
+    up_port = free_port()
+    env = dict(os.environ, BLINK_CACHE__MAX_ENTRIES=str(settings.max_entries),
                BLINK_CACHE__SEMANTIC__ONNX_DIR=args.onnx_dir, BLINK_OBS__REQUEST_LOG="off")
-    procs = []
+    # name -> (checkout, cache file): the "before" gateway gets its own copy of the filled file.
+    gateways = {"now": (ROOT, Path(settings.path))}
+    if args.before is not None:
+        shutil.copy(settings.path, tmp / "before.db")
+        gateways["before"] = (args.before.resolve(), tmp / "before.db")
+    procs: list[subprocess.Popen[bytes]] = []
+    ports: dict[str, int] = {}
+    results: dict[str, dict[str, list[float]]] = {g: {"exact": [], "semantic": [], "miss": []} for g in gateways}
+    cpu_ms: dict[str, dict[str, float]] = {g: {} for g in gateways}
     try:
         procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "upstream_server.py"), "--port", str(up_port),
                                        "--tokens", "32"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_ready(f"http://127.0.0.1:{up_port}/v1/models", procs[-1], timeout=300)
-        procs.append(subprocess.Popen(
-            [*pin, sys.executable, "-m", "blink.cli", "serve", "--upstream", f"http://127.0.0.1:{up_port}/v1",
-             "--upstream-model", MODEL, "--port", str(gw_port), "--semantic-cache", "--log-level", "warning"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for name, (checkout, path) in gateways.items():  # `python -m` from a checkout imports its blink
+            ports[name] = free_port()
+            procs.append(subprocess.Popen(
+                [*pin, sys.executable, "-m", "blink.cli", "serve", "--upstream", f"http://127.0.0.1:{up_port}/v1",
+                 "--upstream-model", MODEL, "--port", str(ports[name]), "--semantic-cache", "--log-level", "warning"],
+                cwd=checkout, env=dict(env, BLINK_CACHE__PATH=str(path)), stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL))
+        servers = {name: psutil.Process(p.pid) for name, p in zip(gateways, procs[1:], strict=True)}
         # The in-process measurement runs on the client core while the server loads the same
-        # file and builds its graph on its own core: the two 100k-row builds overlap.
+        # file and builds its graph on its own core: the 100k-row builds overlap.
         if client_core is not None:
             os.sched_setaffinity(0, {client_core})
         lookup_ms = asyncio.run(_lookup_ms(settings, exact_qs, semantic_qs, args.requests))
-        wait_ready(f"http://127.0.0.1:{gw_port}/health", procs[-1], timeout=600)
-        results: dict[str, list[float]] = {"exact": [], "semantic": [], "miss": []}
-        cpu_ms: dict[str, float] = {}
-        client = _RawClient(gw_port)
+        for name, p in zip(gateways, procs[1:], strict=True):
+            wait_ready(f"http://127.0.0.1:{ports[name]}/health", p, timeout=900)
+        clients = {name: _RawClient(port) for name, port in ports.items()}
         try:
-            _stream_ms(client, semantic_qs[0])  # first search builds the HNSW graph
-            # Keep the paraphrases the server serves semantically (some equal a question after normalising).
-            semantic_qs = [q for q in semantic_qs if _stream_ms(client, q)[1] == "semantic"]
-            server = psutil.Process(procs[-1].pid)
+            # Keep the paraphrases every gateway serves semantically (some equal a question after
+            # normalising; an earlier checkout's embedder may place a few differently).
+            semantic_qs = [q for q in semantic_qs if all(_stream_ms(c, q)[1] == "semantic" for c in clients.values())]
+            order = list(gateways)
             for kind in ("exact", "semantic", "miss"):
-                cpu0 = sum(server.cpu_times()[:2])
+                cpu0 = {g: sum(servers[g].cpu_times()[:2]) for g in gateways}
                 for i in range(args.requests):
                     q = {"exact": exact_qs[i % len(exact_qs)], "semantic": semantic_qs[i % len(semantic_qs)],
                          "miss": _unseen(traps, i)}[kind]
-                    ms, outcome = _stream_ms(client, q)
-                    if outcome != kind and kind == "miss":
-                        continue  # an unseen question that a paraphrase filled earlier answers: rightly a hit
-                    if outcome != kind:
-                        raise RuntimeError(f"expected {kind}, got {outcome} for {q!r}")
-                    results[kind].append(ms)
+                    for g in order if i % 2 == 0 else order[::-1]:  # alternate which gateway goes first
+                        ms, outcome = _stream_ms(clients[g], q)
+                        if outcome != kind and kind == "miss":
+                            continue  # an unseen question that a paraphrase filled earlier answers: rightly a hit
+                        if outcome != kind:
+                            raise RuntimeError(f"{g}: expected {kind}, got {outcome} for {q!r}")
+                        results[g][kind].append(ms)
                 # Server CPU per request: what the request costs on an idle core, whatever else runs.
-                cpu_ms[kind] = (sum(server.cpu_times()[:2]) - cpu0) * 1000 / args.requests
+                for g in gateways:
+                    cpu_ms[g][kind] = (sum(servers[g].cpu_times()[:2]) - cpu0[g]) * 1000 / args.requests
         finally:
-            client.close()
+            for c in clients.values():
+                c.close()
     finally:
         for p in reversed(procs):
             p.terminate()
             p.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)
 
-    miss = results["miss"]
+    miss = results["now"]["miss"]
     print(f"\nend to end, streaming, {args.requests} requests each, {args.entries} entries "
           f"(server on core {server_core}, client on core {client_core}; the machine may be shared):")
     for kind, goal in (("exact", 1.0), ("semantic", 5.0), ("miss", None)):
-        xs = results[kind]
+        xs = results["now"][kind]
         ratio = f"  p50 {_pct(xs, 50) / _pct(miss, 50):.2f}x / p99 {_pct(xs, 99) / _pct(miss, 99):.2f}x of a miss" \
             if kind != "miss" else "  (baseline: the instant test upstream behind the gateway)"
         goal_s = f"  goal p99 <= {goal:g} ms" if goal else ""
-        print(f"  {kind:<9} p50 {_pct(xs, 50):6.2f} ms  p99 {_pct(xs, 99):6.2f} ms  server CPU {cpu_ms[kind]:5.2f} ms/req"
+        print(f"  {kind:<9} p50 {_pct(xs, 50):6.2f} ms  p99 {_pct(xs, 99):6.2f} ms  server CPU {cpu_ms['now'][kind]:5.2f} ms/req"
               f"{ratio}{goal_s}")
+    if args.before is not None:
+        print(f"\nnow vs before ({args.before}), requests alternating between the two gateways on one core:")
+        for kind in ("exact", "semantic", "miss"):
+            a, b = results["now"][kind], results["before"][kind]
+            print(f"  {kind:<9} p50 {_pct(a, 50):6.2f} vs {_pct(b, 50):6.2f} ms ({_pct(a, 50) / _pct(b, 50):.2f}x)  "
+                  f"p99 {_pct(a, 99):6.2f} vs {_pct(b, 99):6.2f} ms ({_pct(a, 99) / _pct(b, 99):.2f}x)  "
+                  f"server CPU {cpu_ms['now'][kind]:5.2f} vs {cpu_ms['before'][kind]:5.2f} ms/req "
+                  f"({cpu_ms['now'][kind] / cpu_ms['before'][kind]:.2f}x)")
     print("\ncache stage alone, in process (the request path's cost before the backend / the replay):")
     for kind, goal in (("exact", "hit"), ("semantic", "hit"), ("miss", "goal p50 <= 3 ms")):
         xs, cpu = lookup_ms[kind], lookup_ms[kind + "_cpu"]
