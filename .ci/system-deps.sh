@@ -7,6 +7,7 @@ pkgs=()
 pkgs+=(chromium)     # dashboard test (headless, driven by PyPI playwright; never `playwright install`)
 pkgs+=(prometheus)   # scrape test: a real Prometheus querying /metrics
 pkgs+=(espeak-ng)     # voice: the TTS stage and the tests' synthesised speech
+pkgs+=(libportaudio2) # voice: PortAudio for `blink voice --mic` (its no-microphone test runs the real library)
 pkgs+=(redis-server) # rate limits shared by two gateway processes (tests/servers.py starts it)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -29,6 +29,15 @@ class VoiceSettings(BaseModel):
     # Synthesise the speculative answer's first clauses during the hang, released at the turn end
     # (costs the synthesis of answers the user talks over; off: the TTS starts at the turn end).
     speculative_tts: bool = True
+    # Semantic end of turn (Pipecat's smart-turn v3, blink/voice/smart_turn.py): unset = silence
+    # alone; "pipecat" = the model of an installed pipecat-ai, else a copy fetched once into
+    # ~/.cache/blink (`blink voice --fetch-smart-turn`); or an .onnx path. Off by default: it
+    # costs ~105 ms of CPU (~160 ms wall) per pause that outlasts the hang, added to every turn end.
+    smart_turn: str | None = None
+    # Probability of "complete" at or above which the turn ends (Pipecat's cut: 0.5).
+    smart_turn_threshold: float = Field(0.5, gt=0.0, lt=1.0)
+    # After "incomplete", the most extra silence before the turn ends anyway (blink/voice/turn.py says why 1 s).
+    smart_turn_max_extra_ms: int = Field(1000, ge=0, le=10_000)
     system_prompt: str | None = None
     max_tokens: int = Field(128, ge=1)
     temperature: float = Field(0.7, ge=0.0, le=2.0)

@@ -8,6 +8,8 @@ from blink.backends.base import Backend
 from blink.voice.agent import VoiceAgent, VoiceOptions
 from blink.voice.llm import DEFAULT_SYSTEM_PROMPT
 from blink.voice.metrics import VoiceMetrics
+from blink.voice.smart_turn import SmartTurnModel
+from blink.voice.smart_turn_fetch import resolve_smart_turn
 from blink.voice.stt import WhisperTranscriber
 from blink.voice.tts import EspeakSynthesizer
 from blink.voice.vad import SileroVad
@@ -24,11 +26,14 @@ def build_voice_agent(settings: VoiceSettings, backend: Backend | None, model: s
                                        threads=settings.stt_threads),
         synthesizer=EspeakSynthesizer(settings.tts_voice, settings.tts_words_per_minute),
         vad_factory=SileroVad,
+        turn_completion=SmartTurnModel(str(resolve_smart_turn(settings.smart_turn))) if settings.smart_turn else None,
         options=VoiceOptions(hang_s=settings.hang_ms / 1000, partial_every_s=settings.stt_partial_every_s,
                              vad_threshold=settings.vad_threshold,
                              system_prompt=settings.system_prompt or DEFAULT_SYSTEM_PROMPT,
                              max_tokens=settings.max_tokens, temperature=settings.temperature,
-                             speculative_tts=settings.speculative_tts),
+                             speculative_tts=settings.speculative_tts,
+                             smart_turn_threshold=settings.smart_turn_threshold,
+                             smart_turn_max_extra_s=settings.smart_turn_max_extra_ms / 1000),
     )
 
 

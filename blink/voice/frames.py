@@ -51,6 +51,10 @@ class TurnEndFrame(Frame):
     """Silence lasted the hang time: the user's turn is over and the agent may answer."""
 
     hang_s: float = 0.0
+    # Set when the semantic end-of-turn model (blink/voice/smart_turn.py) decided this turn:
+    # its probability of "complete" (None if it failed) and its wall time in seconds.
+    smart_turn_probability: float | None = None
+    smart_turn_s: float | None = None
 
 
 @dataclass(slots=True)

@@ -33,6 +33,8 @@ class TurnTimings:
     first_clause_s: float  # speech end -> the answer's first clause complete (what the TTS waits for)
     tts_first_audio_s: float  # first text released -> first audio frame
     voice_to_voice_s: float  # speech end -> first audio frame of the answer
+    # The semantic end-of-turn model's wall time for this turn (part of vad_hang_s); None when it did not run.
+    smart_turn_s: float | None = None
 
 
 class TurnClock:
@@ -45,6 +47,7 @@ class TurnClock:
         self._stop_at: float | None = None
         self._stt_s = 0.0
         self._turn_end_at: float | None = None
+        self._smart_turn_s: float | None = None
         # When the turn end reached the output (observe() runs live, at the socket): the answer,
         # made speculatively before it, is released to the client from then on.
         self._released_at = 0.0
@@ -67,6 +70,7 @@ class TurnClock:
             self._stt_s = frame.latency_s
         elif isinstance(frame, TurnEndFrame):
             self._turn_end_at = frame.at
+            self._smart_turn_s = frame.smart_turn_s
             self._released_at = time.perf_counter()
         elif isinstance(frame, TextDeltaFrame) and frame.ttft_s is not None and self._turn_end_at is not None:
             self._ttft_s = frame.ttft_s
@@ -84,7 +88,7 @@ class TurnClock:
             timings = TurnTimings(vad_hang_s=self._turn_end_at - self._stop_at, stt_final_s=self._stt_s,
                                   llm_ttft_s=self._ttft_s, first_clause_s=clause_at - self._stop_at,
                                   tts_first_audio_s=audio_at - self._text_at,
-                                  voice_to_voice_s=audio_at - self._stop_at)
+                                  voice_to_voice_s=audio_at - self._stop_at, smart_turn_s=self._smart_turn_s)
             self._reset()
             return timings
         return None
@@ -101,7 +105,8 @@ class VoiceMetrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0))
 
     def record(self, session_id: str, timings: TurnTimings) -> None:
-        for stage, value in asdict(timings).items():
+        stages = {k: v for k, v in asdict(timings).items() if v is not None}  # smart_turn_s only when it ran
+        for stage, value in stages.items():
             self.stage_seconds.labels(stage=stage.removesuffix("_s")).observe(value)
         log.info(json.dumps({"event": "voice_turn", "session": session_id,
-                             **{k: round(v, 4) for k, v in asdict(timings).items()}}))
+                             **{k: round(v, 4) for k, v in stages.items()}}))
