@@ -17,7 +17,6 @@ time, 264 ms), which Blink overlaps with its STT and LLM; its compute-only total
     python benchmarks/voice_latency.py --smart-turn PATH.onnx   # CPU cost of smart-turn v3 only
     python benchmarks/voice_latency.py --ab-speculative-tts     # speculative TTS on vs off
     python benchmarks/voice_latency.py --ab-smart-turn [PATH]   # turn end with smart-turn v3 on vs off
-    python benchmarks/voice_latency.py --ab-smart-turn [PATH]   # turn end with smart-turn v3 on vs off
 
 Goal: Blink p50 <= 500 ms on an idle machine.
 """
@@ -256,59 +255,6 @@ async def ab_smart_turn(utterances: int, path: str) -> None:
     # An "incomplete" verdict holds the turn 1 s more (voice.smart_turn_max_extra_ms): hang >= 1.2 s.
     print(f"  turns the model called complete at the hang: {sum(b['pipeline.vad_hang_s'] < 1.0 for b in on)}"
           f"/{len(on)}")
-    (end_on, end_off), (audio_on, audio_off) = (
-        (pct([b[key] for b in results[n]], 50) for n in ("on", "off")) for key in ("turn.ended", "first_audio"))
-    print(f"RESULT smart-turn v3, turn end p50: on {end_on * 1000:.0f} ms, off {end_off * 1000:.0f} ms "
-          f"(+{(end_on - end_off) * 1000:.0f} ms, ratio on/off {end_on / end_off:.2f}x); first audio byte p50: "
-          f"on {audio_on * 1000:.0f} ms, off {audio_off * 1000:.0f} ms, ratio on/off {audio_on / audio_off:.2f}x")
-
-
-# ---- smart-turn on vs off, end to end ------------------------------------------------------
-
-async def ab_smart_turn(utterances: int, path: str) -> None:
-    """Two servers on the same core, silence-only turn ends vs smart-turn v3 (``voice.smart_turn``),
-    the same utterances alternating between them. The questions are finished sentences, so the
-    model should say "complete" at the hang: what it adds is its own time at every turn end."""
-    from websockets.asyncio.client import connect
-
-    server_core, client_cores = split_cores()
-    if client_cores:
-        os.sched_setaffinity(0, client_cores)
-    variants: dict[str, dict[str, Any]] = {"off": {}, "on": {"smart_turn": path}}
-    with tempfile.TemporaryDirectory() as tmp_dir:
-        tmp = Path(tmp_dir)
-        servers = {name: start_server(tmp, name, server_core, voice) for name, voice in variants.items()}
-        try:
-            for proc, port in servers.values():
-                wait_ready(f"http://127.0.0.1:{port}/ready", proc, timeout=180)
-            clips = [speak(QUESTIONS[i % len(QUESTIONS)]) for i in range(utterances)]
-            sockets = {}
-            for name, (_, port) in servers.items():
-                sockets[name] = await connect(f"ws://127.0.0.1:{port}/v1/voice", max_size=2**22, ping_interval=None)
-                await sockets[name].recv()  # session.created
-                await blink_turn(sockets[name], clips[0])  # warm-up (the model's first run pays one-off costs)
-            results: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
-            for i, clip in enumerate(clips):  # alternate the order so drift hits both alike
-                for name in (list(servers) if i % 2 == 0 else list(servers)[::-1]):
-                    results[name].append(await blink_turn(sockets[name], clip))
-            for ws in sockets.values():
-                await ws.close()
-        except BaseException:
-            for name, (proc, _) in servers.items():
-                stop(proc)
-                sys.stderr.write((tmp / f"{name}.log").read_text(errors="replace")[-4000:])
-            raise
-        for proc, _ in servers.values():
-            stop(proc)
-    cores = f"server on core {sorted(server_core)}, client on {sorted(client_cores)}" if server_core else "unpinned"
-    print(f"voice latency, smart-turn v3 on vs off: {utterances} utterances, demo model, {cores}")
-    for name in servers:
-        print_blink(f"Blink, smart-turn {name}:", results[name])
-    on = results["on"]
-    print("  " + summary("smart-turn model time (on)", [b["pipeline.smart_turn_s"] for b in on]))
-    # An "incomplete" verdict holds the turn 1 s more (voice.smart_turn_max_extra_ms): hang >= 1.2 s.
-    print(f"  turns the model called complete at the hang: {sum(b['pipeline.vad_hang_s'] < 1.0 for b in on)}"
-          f"/{len(on)}")
     end_on, end_off, audio_on, audio_off = (pct([b[key] for b in results[n]], 50)
                                             for key in ("turn.ended", "first_audio") for n in ("on", "off"))
     # The same utterances, off, where the model said "complete": what the check alone costs.
@@ -442,16 +388,9 @@ def main() -> None:
                     help="instead of the baseline: Blink with voice.speculative_tts on vs off, alternating")
     ap.add_argument("--ab-smart-turn", nargs="?", const="pipecat", default=None, metavar="PATH",
                     help="instead of the baseline: voice.smart_turn on vs off (default: pipecat's model, fetched)")
-    ap.add_argument("--ab-smart-turn", nargs="?", const="pipecat", default=None, metavar="PATH",
-                    help="instead of the baseline: voice.smart_turn on vs off (default: pipecat's model, fetched)")
     args = ap.parse_args()
     if args.smart_turn is not None:
         smart_turn_cost(args.smart_turn or None)
-        return
-    if args.ab_smart_turn is not None:
-        from blink.voice.smart_turn_fetch import resolve_smart_turn
-
-        asyncio.run(ab_smart_turn(args.utterances, str(resolve_smart_turn(args.ab_smart_turn))))
         return
     if args.ab_smart_turn is not None:
         from blink.voice.smart_turn_fetch import resolve_smart_turn
