@@ -17,6 +17,10 @@ time, 264 ms), which Blink overlaps with its STT and LLM; its compute-only total
     python benchmarks/voice_latency.py --smart-turn PATH.onnx   # CPU cost of smart-turn v3 only
     python benchmarks/voice_latency.py --ab-speculative-tts     # speculative TTS on vs off
     python benchmarks/voice_latency.py --ab-smart-turn [PATH]   # turn end with smart-turn v3 on vs off
+    python benchmarks/voice_latency.py --tts piper              # Piper speaks (Blink and the baseline)
+
+With ``--tts piper`` it first times each answer clause's synthesis alone, Piper vs espeak-ng
+alternating on the server's core (TTS first audio per clause), then runs the same comparison.
 
 Goal: Blink p50 <= 500 ms on an idle machine.
 """
@@ -145,8 +149,14 @@ async def blink_turn(ws: Any, pcm: bytes) -> dict[str, float]:
 # ---- the naive sequential baseline ----------------------------------------------------------
 
 class Sequential:
-    def __init__(self, base_url: str, model: str) -> None:
+    def __init__(self, base_url: str, model: str, tts: str) -> None:
         from faster_whisper import WhisperModel
+
+        self.speak = speak
+        if tts == "piper":
+            from blink.voice.tts_piper import PiperSynthesizer
+
+            self.speak = PiperSynthesizer().speak  # blocking, on the calling (server-core) thread
 
         self.whisper = WhisperModel(bundled_whisper_path(), device="cpu", compute_type="int8", cpu_threads=1,
                                     local_files_only=True)
@@ -165,7 +175,7 @@ class Sequential:
         r.raise_for_status()
         answer = r.json()["choices"][0]["message"]["content"] or "."
         t2 = time.perf_counter()
-        speak(answer)
+        self.speak(answer)
         t3 = time.perf_counter()
         return {"stt": t1 - t0, "llm": t2 - t1, "tts": t3 - t2, "compute": t3 - t0, "total": ENDPOINT_S + t3 - t0}
 
@@ -207,6 +217,53 @@ def smart_turn_cost(path: str | None, runs: int = 20) -> None:
     print(f"smart-turn v3.2 ({Path(path).name}), one check on 8 s of audio, 1 thread, {runs} runs: "
           f"CPU p50 {pct(cpu, 50) * 1000:.0f} ms, wall p50 {pct(wall, 50) * 1000:.0f} ms p90 {pct(wall, 90) * 1000:.0f} ms")
     print("  (run once per speech stop, it would add its wall time to every turn unless it overlaps the hang)")
+
+
+# ---- TTS alone, per clause ------------------------------------------------------------------
+
+# Clauses as the chunker cuts spoken answers: a short first clause, then whole sentences.
+CLAUSES = [
+    "Sure, I can help with that.",
+    "The museum opens at nine tomorrow morning.",
+    "There are three apples left in the basket.",
+    "Okay,",
+    "The nearest train station is two blocks north of here, next to the post office.",
+    "It should be sunny and warm this weekend.",
+]
+
+
+def clause_cost(rounds: int = 3) -> None:
+    """Time to synthesise one clause, espeak-ng (the default) vs Piper, alternating on the server's core."""
+    from blink.voice.tts import EspeakSynthesizer
+    from blink.voice.tts_piper import PiperSynthesizer
+
+    core, _ = split_cores()
+    everywhere = os.sched_getaffinity(0)
+    if core:
+        os.sched_setaffinity(0, core)  # where the server's TTS runs (Piper: one thread, this one)
+    try:
+        synths = {"espeak": EspeakSynthesizer(), "piper": PiperSynthesizer()}
+        times: dict[str, list[float]] = {name: [] for name in synths}
+        audio: dict[str, list[float]] = {name: [] for name in synths}
+        for _ in range(rounds):
+            for i, clause in enumerate(CLAUSES):
+                for name in (list(synths) if i % 2 == 0 else list(synths)[::-1]):
+                    t0 = time.perf_counter()
+                    pcm = asyncio.run(synths[name].synthesize(clause))
+                    times[name].append(time.perf_counter() - t0)
+                    audio[name].append(len(pcm) / 2 / SAMPLE_RATE)
+        synths["piper"].close()  # type: ignore[attr-defined]
+    finally:
+        os.sched_setaffinity(0, everywhere)  # split_cores() in run() must see both cores again
+    print(f"TTS alone, {len(CLAUSES)} clauses x {rounds} rounds, one thread on core {sorted(core) if core else '?'}:")
+    for name in synths:
+        rtf = sum(times[name]) / sum(audio[name])
+        print(f"  {summary(name + ' synthesis per clause', times[name])}   real-time factor {rtf:.3f}")
+    first = [t for i, t in enumerate(times["piper"]) if i % len(CLAUSES) == 0]
+    print(f"  piper, the {len(CLAUSES[0])}-character first clause alone: p50 {pct(first, 50) * 1000:.0f} ms")
+    ratio = pct(times["piper"], 50) / pct(times["espeak"], 50)
+    print(f"RESULT TTS per clause p50: piper {pct(times['piper'], 50) * 1000:.0f} ms, espeak-ng "
+          f"{pct(times['espeak'], 50) * 1000:.0f} ms, ratio piper/espeak {ratio:.1f}x")
 
 
 # ---- smart-turn on vs off, end to end ------------------------------------------------------
@@ -300,14 +357,16 @@ def print_blink(title: str, blink: list[dict[str, float]]) -> None:
         print("    " + summary(key, [b[f"pipeline.{key}"] for b in blink]))
 
 
-async def run(utterances: int, ab_speculative_tts: bool) -> None:
-    """Blink vs the naive baseline; or (``ab_speculative_tts``) Blink with speculative TTS on vs off."""
+async def run(utterances: int, ab_speculative_tts: bool, tts: str = "espeak") -> None:
+    """Blink vs the naive baseline; or (``ab_speculative_tts``) Blink with speculative TTS on vs off.
+    ``tts``: the synthesizer both speak with."""
     from websockets.asyncio.client import connect
 
     server_core, client_cores = split_cores()
     if client_cores:
         os.sched_setaffinity(0, client_cores)
     variants = {"blink": {}} if not ab_speculative_tts else {"on": {}, "off": {"speculative_tts": False}}
+    variants = {name: {**voice, "tts": tts} for name, voice in variants.items()}
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         servers = {name: start_server(tmp, name, server_core, voice) for name, voice in variants.items()}
@@ -329,7 +388,7 @@ async def run(utterances: int, ab_speculative_tts: bool) -> None:
             first_port = next(iter(servers.values()))[1]
             naive = None
             if not ab_speculative_tts:
-                naive = on_server_core(Sequential, f"http://127.0.0.1:{first_port}", "demo")
+                naive = on_server_core(Sequential, f"http://127.0.0.1:{first_port}", "demo", tts)
                 on_server_core(naive.turn, clips[0])  # warm-up: the first decode and request pay one-off costs
             results: dict[str, list[dict[str, float]]] = {name: [] for name in [*servers, "baseline"]}
             sockets = {}
@@ -356,7 +415,7 @@ async def run(utterances: int, ab_speculative_tts: bool) -> None:
             stop(proc)
 
     cores = f"server on core {sorted(server_core)}, client on {sorted(client_cores)}" if server_core else "unpinned"
-    print(f"voice latency: {utterances} utterances, demo model (random Llama 256x4), {cores}")
+    print(f"voice latency: {utterances} utterances, demo model (random Llama 256x4), TTS {tts}, {cores}")
     if ab_speculative_tts:
         for name in servers:
             print_blink(f"Blink, speculative TTS {name}:", results[name])
@@ -366,7 +425,7 @@ async def run(utterances: int, ab_speculative_tts: bool) -> None:
         return
     blink, base = results["blink"], results["baseline"]
     print_blink("Blink, streaming over /v1/voice (from the end of speech, as the client sees it):", blink)
-    print("Naive sequential baseline (whisper on the whole utterance -> whole answer -> espeak-ng on it):")
+    print(f"Naive sequential baseline (whisper on the whole utterance -> whole answer -> {tts} on it):")
     print(f"  {'end of turn (fixed, not run)':<34} {ENDPOINT_S * 1000:7.0f} ms")
     for key in ["stt", "llm", "tts", "compute", "total"]:
         print("  " + summary(key, [b[key] for b in base]))
@@ -388,6 +447,8 @@ def main() -> None:
                     help="instead of the baseline: Blink with voice.speculative_tts on vs off, alternating")
     ap.add_argument("--ab-smart-turn", nargs="?", const="pipecat", default=None, metavar="PATH",
                     help="instead of the baseline: voice.smart_turn on vs off (default: pipecat's model, fetched)")
+    ap.add_argument("--tts", choices=["espeak", "piper"], default="espeak",
+                    help="the voice.tts that Blink (and the baseline) speak with; piper also times clauses alone")
     args = ap.parse_args()
     if args.smart_turn is not None:
         smart_turn_cost(args.smart_turn or None)
@@ -397,7 +458,9 @@ def main() -> None:
 
         asyncio.run(ab_smart_turn(args.utterances, str(resolve_smart_turn(args.ab_smart_turn))))
         return
-    asyncio.run(run(args.utterances, args.ab_speculative_tts))
+    if args.tts == "piper":
+        clause_cost()
+    asyncio.run(run(args.utterances, args.ab_speculative_tts, args.tts))
 
 
 if __name__ == "__main__":
