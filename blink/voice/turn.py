@@ -134,8 +134,9 @@ class TurnStage:
 
         try:
             while True:
+                frame: Frame
                 if checking is None and held:
-                    item: Frame | _Verdict | None = held.popleft()
+                    frame = held.popleft()
                 elif upstream_done and checking is None:
                     return
                 else:
@@ -157,7 +158,7 @@ class TurnStage:
                         if isinstance(item, EndFrame):
                             checking.cancel()
                             checking = None
-                frame = item
+                    frame = item
                 if isinstance(frame, SpeechStartFrame):
                     if not in_turn:
                         yield InterruptFrame(at=frame.at)

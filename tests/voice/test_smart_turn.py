@@ -14,6 +14,7 @@ import pytest
 from voice_audio import frames_of, pcm_to_float, silence, speak
 from voice_helpers import run_stage
 
+from blink.backends.embedded import EmbeddedBackend
 from blink.voice.frames import (
     AudioInFrame,
     EndFrame,
@@ -144,11 +145,12 @@ async def test_a_model_failure_ends_the_turn_on_silence_alone() -> None:
 
 
 async def test_an_end_frame_is_not_held_behind_a_running_check() -> None:
-    release, entered = threading.Event(), threading.Event()
+    release, entered, returned = threading.Event(), threading.Event(), threading.Event()
 
     def slow(audio: np.ndarray) -> float:
         entered.set()
         release.wait(10)
+        returned.set()
         return 0.9
 
     async def source(frames: Iterable[Frame]) -> AsyncIterator[Frame]:
@@ -165,6 +167,7 @@ async def test_an_end_frame_is_not_held_behind_a_running_check() -> None:
                 assert not release.is_set()  # it came out while the model was still running
     finally:
         release.set()
+        await asyncio.to_thread(returned.wait, 10)  # its thread ends while this test's loop still runs
     kinds = [type(f) for f in out if not isinstance(f, AudioInFrame)]
     assert kinds == [InterruptFrame, SpeechStartFrame, SpeechStopFrame, EndFrame]
 
@@ -178,3 +181,19 @@ async def test_the_real_model_ends_a_finished_question_at_the_hang(smart_turn: S
     end = next(f for f in out if isinstance(f, TurnEndFrame))
     assert end.smart_turn_probability is not None and end.smart_turn_probability >= 0.5
     assert HANG_S <= end.hang_s < HANG_S + FRAME_S
+
+
+async def test_voice_smart_turn_pipecat_builds_sessions_whose_turn_stage_asks_the_model(
+        smart_turn_path: Path, tiny_backend: EmbeddedBackend) -> None:
+    from blink.voice.build import build_voice_agent
+    from blink.voice.turn import TurnStage as Stage
+    from blink.voice_config import VoiceSettings
+
+    assert resolve_smart_turn("pipecat") == smart_turn_path  # no pipecat-ai installed: the fetched copy
+    settings = VoiceSettings(enabled=True, smart_turn="pipecat", smart_turn_threshold=0.7, smart_turn_max_extra_ms=1500)
+    agent = build_voice_agent(settings, backend=None, model="tiny")
+    assert isinstance(agent.turn_completion, SmartTurnModel)
+    turn = next(s for s in agent.pipeline(backend=tiny_backend).stages if isinstance(s, Stage))
+    assert turn.smart_turn is agent.turn_completion and turn.threshold == 0.7 and turn.max_extra_s == 1.5
+    assert build_voice_agent(VoiceSettings(enabled=True), backend=None, model="tiny").turn_completion is None
+
