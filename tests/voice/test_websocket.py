@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from live_server import LiveServer
@@ -113,6 +114,20 @@ async def test_a_spoken_question_gets_a_transcript_text_and_audio(served: tuple[
     assert len(audio) % 2 == 0 and len(audio) / 32_000 > 0.5  # PCM16 at 16 kHz: over half a second of speech
     metrics = inbox.events("turn.metrics")[0]
     assert 0 < metrics["voice_to_voice_s"] and metrics["first_clause_s"] <= metrics["voice_to_voice_s"]
+    # The same turn is on /metrics as per-stage histograms.
+    async with httpx.AsyncClient() as http:
+        scrape = (await http.get(url.replace("ws://", "http://").replace("/v1/voice", "/metrics"))).text
+    counts = {stage: _sample(scrape, f'blink_voice_stage_seconds_count{{stage="{stage}"}}')
+              for stage in ("voice_to_voice", "stt_final", "llm_ttft", "tts_first_audio")}
+    assert all(count >= 1 for count in counts.values()), counts
+
+
+def _sample(scrape: str, series: str) -> float:
+    """The value of one Prometheus sample line (0 when the series is absent)."""
+    for line in scrape.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 async def test_barge_in_stops_audio_and_frees_the_generation(served: tuple[str, Backend]) -> None:
