@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -272,40 +274,19 @@ async def ab_smart_turn(utterances: int, path: str) -> None:
     """Two servers on the same core, silence-only turn ends vs smart-turn v3 (``voice.smart_turn``),
     the same utterances alternating between them. The questions are finished sentences, so the
     model should say "complete" at the hang: what it adds is its own time at every turn end."""
-    from websockets.asyncio.client import connect
-
     server_core, client_cores = split_cores()
     if client_cores:
         os.sched_setaffinity(0, client_cores)
     variants: dict[str, dict[str, Any]] = {"off": {}, "on": {"smart_turn": path}}
-    with tempfile.TemporaryDirectory() as tmp_dir:
-        tmp = Path(tmp_dir)
-        servers = {name: start_server(tmp, name, server_core, voice) for name, voice in variants.items()}
-        try:
-            for proc, port in servers.values():
-                wait_ready(f"http://127.0.0.1:{port}/ready", proc, timeout=180)
-            clips = [speak(QUESTIONS[i % len(QUESTIONS)]) for i in range(utterances)]
-            sockets = {}
-            for name, (_, port) in servers.items():
-                sockets[name] = await connect(f"ws://127.0.0.1:{port}/v1/voice", max_size=2**22, ping_interval=None)
-                await sockets[name].recv()  # session.created
-                await blink_turn(sockets[name], clips[0])  # warm-up (the model's first run pays one-off costs)
-            results: dict[str, list[dict[str, float]]] = {name: [] for name in servers}
-            for i, clip in enumerate(clips):  # alternate the order so drift hits both alike
-                for name in (list(servers) if i % 2 == 0 else list(servers)[::-1]):
-                    results[name].append(await blink_turn(sockets[name], clip))
-            for ws in sockets.values():
-                await ws.close()
-        except BaseException:
-            for name, (proc, _) in servers.items():
-                stop(proc)
-                sys.stderr.write((tmp / f"{name}.log").read_text(errors="replace")[-4000:])
-            raise
-        for proc, _ in servers.values():
-            stop(proc)
+    clips = [speak(QUESTIONS[i % len(QUESTIONS)]) for i in range(utterances)]
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+    async with voice_sessions(variants, server_core, clips[0]) as (_, sockets):
+        for i, clip in enumerate(clips):  # alternate the order so drift hits both alike
+            for name in (list(variants) if i % 2 == 0 else list(variants)[::-1]):
+                results[name].append(await blink_turn(sockets[name], clip))
     cores = f"server on core {sorted(server_core)}, client on {sorted(client_cores)}" if server_core else "unpinned"
     print(f"voice latency, smart-turn v3 on vs off: {utterances} utterances, demo model, {cores}")
-    for name in servers:
+    for name in variants:
         print_blink(f"Blink, smart-turn {name}:", results[name])
     on = results["on"]
     print("  " + summary("smart-turn model time (on)", [b["pipeline.smart_turn_s"] for b in on]))
@@ -346,6 +327,38 @@ def start_server(tmp: Path, name: str, core: set[int] | None, voice: dict[str, A
     return proc, port
 
 
+@contextlib.asynccontextmanager
+async def voice_sessions(variants: dict[str, dict[str, Any]], core: set[int] | None,
+                         warm_clip: bytes) -> AsyncIterator[tuple[dict[str, int], dict[str, Any]]]:
+    """One ``blink serve`` per variant (its ``voice:`` overrides) on ``core``, each with an open,
+    warmed-up ``/v1/voice`` session; yields (ports, sockets) by variant name. The servers stop on
+    the way out; on an error their log tails go to stderr first."""
+    from websockets.asyncio.client import connect
+
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        servers = {name: start_server(tmp, name, core, voice) for name, voice in variants.items()}
+        try:
+            for proc, port in servers.values():
+                wait_ready(f"http://127.0.0.1:{port}/ready", proc, timeout=180)
+            sockets = {}
+            for name, (_, port) in servers.items():
+                # No keep-alive pings: on a loaded 2-core machine a late pong would close the session.
+                sockets[name] = await connect(f"ws://127.0.0.1:{port}/v1/voice", max_size=2**22, ping_interval=None)
+                await sockets[name].recv()  # session.created
+                await blink_turn(sockets[name], warm_clip)  # warm-up (the model's first run pays one-off costs)
+            yield {name: port for name, (_, port) in servers.items()}, sockets
+            for ws in sockets.values():
+                await ws.close()
+        except BaseException:
+            stop(*(proc for proc, _ in servers.values()))
+            for name in servers:
+                sys.stderr.write((tmp / f"{name}.log").read_text(errors="replace")[-4000:])
+            raise
+        finally:
+            stop(*(proc for proc, _ in servers.values()))  # a no-op for servers already stopped
+
+
 def print_blink(title: str, blink: list[dict[str, float]]) -> None:
     print(title)
     for key, name in [("speech.stopped", "VAD end of speech"), ("transcript.final", "STT final transcript"),
@@ -360,64 +373,41 @@ def print_blink(title: str, blink: list[dict[str, float]]) -> None:
 async def run(utterances: int, ab_speculative_tts: bool, tts: str = "espeak") -> None:
     """Blink vs the naive baseline; or (``ab_speculative_tts``) Blink with speculative TTS on vs off.
     ``tts``: the synthesizer both speak with."""
-    from websockets.asyncio.client import connect
-
     server_core, client_cores = split_cores()
     if client_cores:
         os.sched_setaffinity(0, client_cores)
     variants = {"blink": {}} if not ab_speculative_tts else {"on": {}, "off": {"speculative_tts": False}}
     variants = {name: {**voice, "tts": tts} for name, voice in variants.items()}
-    with tempfile.TemporaryDirectory() as tmp_dir:
-        tmp = Path(tmp_dir)
-        servers = {name: start_server(tmp, name, server_core, voice) for name, voice in variants.items()}
+    clips = [speak(QUESTIONS[i % len(QUESTIONS)]) for i in range(utterances)]
+
+    def on_server_core(fn: Any, *args: Any) -> Any:
+        """The baseline computes on the server's core (its threads and espeak-ng inherit it)."""
+        if server_core:
+            os.sched_setaffinity(0, server_core)
         try:
-            for proc, port in servers.values():
-                wait_ready(f"http://127.0.0.1:{port}/ready", proc, timeout=180)
-            clips = [speak(QUESTIONS[i % len(QUESTIONS)]) for i in range(utterances)]
+            return fn(*args)
+        finally:
+            if client_cores:
+                os.sched_setaffinity(0, client_cores)
 
-            def on_server_core(fn: Any, *args: Any) -> Any:
-                """The baseline computes on the server's core (its threads and espeak-ng inherit it)."""
-                if server_core:
-                    os.sched_setaffinity(0, server_core)
-                try:
-                    return fn(*args)
-                finally:
-                    if client_cores:
-                        os.sched_setaffinity(0, client_cores)
-
-            first_port = next(iter(servers.values()))[1]
-            naive = None
-            if not ab_speculative_tts:
-                naive = on_server_core(Sequential, f"http://127.0.0.1:{first_port}", "demo", tts)
-                on_server_core(naive.turn, clips[0])  # warm-up: the first decode and request pay one-off costs
-            results: dict[str, list[dict[str, float]]] = {name: [] for name in [*servers, "baseline"]}
-            sockets = {}
-            for name, (_, port) in servers.items():
-                # No keep-alive pings: on a loaded 2-core machine a late pong would close the session.
-                sockets[name] = await connect(f"ws://127.0.0.1:{port}/v1/voice", max_size=2**22, ping_interval=None)
-                await sockets[name].recv()  # session.created
-                await blink_turn(sockets[name], clips[0])  # warm-up
-            order = [*servers, "baseline"] if naive is not None else list(servers)
-            for i, clip in enumerate(clips):  # alternate the order so drift hits every variant alike
-                for name in order[i % len(order):] + order[:i % len(order)]:
-                    if name == "baseline":
-                        results[name].append(on_server_core(naive.turn, clip))  # type: ignore[union-attr]
-                    else:
-                        results[name].append(await blink_turn(sockets[name], clip))
-            for ws in sockets.values():
-                await ws.close()
-        except BaseException:
-            for name, (proc, _) in servers.items():
-                stop(proc)
-                sys.stderr.write((tmp / f"{name}.log").read_text(errors="replace")[-4000:])
-            raise
-        for proc, _ in servers.values():
-            stop(proc)
+    results: dict[str, list[dict[str, float]]] = {name: [] for name in [*variants, "baseline"]}
+    async with voice_sessions(variants, server_core, clips[0]) as (ports, sockets):
+        naive = None
+        if not ab_speculative_tts:
+            naive = on_server_core(Sequential, f"http://127.0.0.1:{next(iter(ports.values()))}", "demo", tts)
+            on_server_core(naive.turn, clips[0])  # warm-up: the first decode and request pay one-off costs
+        order = [*variants, "baseline"] if naive is not None else list(variants)
+        for i, clip in enumerate(clips):  # alternate the order so drift hits every variant alike
+            for name in order[i % len(order):] + order[:i % len(order)]:
+                if name == "baseline":
+                    results[name].append(on_server_core(naive.turn, clip))  # type: ignore[union-attr]
+                else:
+                    results[name].append(await blink_turn(sockets[name], clip))
 
     cores = f"server on core {sorted(server_core)}, client on {sorted(client_cores)}" if server_core else "unpinned"
     print(f"voice latency: {utterances} utterances, demo model (random Llama 256x4), TTS {tts}, {cores}")
     if ab_speculative_tts:
-        for name in servers:
+        for name in variants:
             print_blink(f"Blink, speculative TTS {name}:", results[name])
         on, off = (pct([b["first_audio"] for b in results[n]], 50) for n in ("on", "off"))
         print(f"RESULT speculative TTS, first audio byte p50: on {on * 1000:.0f} ms, off {off * 1000:.0f} ms, "
