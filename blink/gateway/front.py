@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -20,6 +21,7 @@ from starlette.responses import Response
 from blink.backends.base import Backend, GenerationRequest, Usage
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, check_model_allowed
+from blink.gateway.cache.head_start import HeadStart
 from blink.gateway.cache.replay import CachedReplayResponse
 from blink.gateway.cache.stage import CacheDirectives, CacheLookup, ResponseCache
 from blink.gateway.cost_tracker import CostTracker
@@ -41,6 +43,8 @@ class Admission:
     ticket: RateLimitTicket | None = None
     cache: CacheLookup | None = None
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # The backend call opened during the lookup (``cache.semantic.head_start``), for the response.
+    head_start: HeadStart | None = None
 
 
 class GatewayFront:
@@ -89,17 +93,30 @@ class GatewayFront:
         return adm
 
     async def lookup(
-        self, adm: Admission, req: GenerationRequest, *, stream: bool, include_usage: bool
+        self, adm: Admission, req: GenerationRequest, *, stream: bool, include_usage: bool,
+        backend: Backend | None = None,
     ) -> Response | None:
-        """A replay of a cached response, or None (then ``adm`` carries what the fill needs)."""
-        if self.cache is None:
+        """A replay of a cached response, or None (then ``adm`` carries what the fill needs).
+
+        With ``cache.semantic.head_start`` and a ``backend``, its call opens while the embedding
+        runs (``adm.head_start``) and is dropped on a hit (head_start.py says what that costs).
+        """
+        cache = self.cache
+        if cache is None:
             return None
-        with stage("cache"):
-            adm.cache = await self.cache.lookup(req, adm.tenant, adm.directives)
+        head = backend is not None and cache.settings.semantic.head_start
+        try:
+            with stage("cache"):
+                adm.cache = await cache.lookup(req, adm.tenant, adm.directives,
+                                               partial(_head_start, adm, backend, req) if head else None)
+        except BaseException:
+            _drop_head_start(cache, adm)
+            raise
         annotate(cache=adm.cache.outcome)
         adm.headers += adm.cache.headers()
         if adm.cache.entry is None:
             return None
+        _drop_head_start(cache, adm)
         if self.cost is not None:  # a hit costs nothing; what the backend would have cost is a saving
             adm.headers += self.cost.cache_hit(_key_id(adm), adm.model, adm.cache.entry.prompt_tokens,
                                                adm.cache.entry.completion_tokens)
@@ -158,3 +175,14 @@ class GatewayFront:
 
 def _key_id(adm: Admission) -> str:
     return adm.key.key_id if adm.key is not None else ANONYMOUS_KEY
+
+
+def _head_start(adm: Admission, backend: Backend, req: GenerationRequest) -> None:
+    adm.head_start = HeadStart(backend, req)
+
+
+def _drop_head_start(cache: ResponseCache, adm: Admission) -> None:
+    """A hit (or a failed lookup) makes the opened call useless: cancel it off the request path."""
+    if adm.head_start is not None:
+        cache.in_background(adm.head_start.discard())
+        adm.head_start = None

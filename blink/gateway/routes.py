@@ -52,11 +52,12 @@ def build_router(
             to_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers
         )
         stream, include_usage = bool(body.stream), bool(body.stream_options and body.stream_options.include_usage)
-        cached = await front.lookup(admission, req, stream=stream, include_usage=include_usage)
+        guarded = front.guard(backend, model)
+        cached = await front.lookup(admission, req, stream=stream, include_usage=include_usage, backend=guarded)
         if cached is not None:
             return cached
         return GenerationResponse(
-            front.guard(backend, model),
+            admission.head_start or guarded,
             req,
             stream=stream,
             include_usage=include_usage,

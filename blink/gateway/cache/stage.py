@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -94,7 +95,10 @@ class ResponseCache:
             return False  # logprobs are not stored, so a replay could not honour them
         return keys.is_deterministic(req) or not self.settings.deterministic_only
 
-    async def lookup(self, req: GenerationRequest, tenant: str, directives: CacheDirectives) -> CacheLookup:
+    async def lookup(self, req: GenerationRequest, tenant: str, directives: CacheDirectives,
+                     before_embed: Callable[[], None] | None = None) -> CacheLookup:  # fmt: skip
+        """``before_embed`` runs once the answer depends on an embedding (the exact probe missed or
+        was skipped): the head start (head_start.py) opens the backend call there."""
         if not self._cacheable(req) or not (directives.lookup or directives.store):
             return CacheLookup("bypass")
         context, query = keys.split_query(req)
@@ -105,6 +109,8 @@ class ResponseCache:
         if not directives.lookup:
             result.outcome = "bypass"
             if semantic and directives.store:
+                if before_embed is not None:
+                    before_embed()
                 result.vec = req.embedding = await self.matcher.embed(query) if self.matcher else None
             return result
         hit = await self.store.get_exact(ns, key)
@@ -115,6 +121,8 @@ class ResponseCache:
         matcher = self.matcher
         if matcher is None:
             return result
+        if before_embed is not None:
+            before_embed()
         result.vec = req.embedding = await matcher.embed(query)  # the router's classifier reuses it
         for score, cand in await self.store.nearest(ns, result.vec, _NEIGHBOURS):
             if score < matcher.threshold:
@@ -127,6 +135,12 @@ class ResponseCache:
         if self.matcher is None or not self.settings.semantic.enabled or not query:
             return False
         return self.settings.semantic.tool_requests or not keys.uses_tools(req)
+
+    def in_background(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` off the request path (a discarded head start's close); ``drain`` waits for it."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
 
     def schedule_fill(self, lookup: CacheLookup, rendered: dict[str, Any]) -> None:
         """Store a finished response in the background (never delays the client)."""
