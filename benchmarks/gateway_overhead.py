@@ -8,6 +8,12 @@ keep-alive, one worker). Each proxy is pinned to the same one core; the upstream
 generator share the other core(s). Prints, per path: TTFT p50/p99 at concurrency 1, what the
 proxy adds, CPU-seconds per 1,000 streamed requests and streamed requests/s at concurrency 64.
 
+Concurrency 1 is measured interleaved: one request to each path in turn (the order reversed
+every round), so the machine's drift (up to 1.5x minute to minute on a shared VM) lands on every
+path alike and "added" compares requests taken milliseconds apart. Concurrency 64 runs one path
+after another. At concurrency 1, ``blink`` and ``blink-nr`` share one process: their CPU column
+is that process's CPU over both paths' requests.
+
     apt-get install -y --no-install-recommends nginx   # once (Debian package)
     python benchmarks/gateway_overhead.py [--requests 400] [--requests-c64 2000] [--before DIR]
 
@@ -86,6 +92,43 @@ async def one(client: aiohttp.ClientSession, url: str, body: dict[str, object], 
     return ttft * 1000
 
 
+def make_body(model: str, counter: Iterator[int]) -> dict[str, object]:
+    # A new prompt every time: the exact cache misses (and fills) on every request.
+    n = next(counter)
+    return {"model": model, "messages": [{"role": "user", "content": f"hi {os.getpid()} {n}"}],
+            "stream": True, "temperature": 0, "max_tokens": 32}  # fmt: skip
+
+
+async def drive_interleaved(
+    targets: dict[str, tuple[str, str]], key: str, requests: int, counter: Iterator[int]
+) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Concurrency 1 on every path at once: ``requests`` rounds of one request per path (name ->
+    (url, model)), the order reversed each round. Returns TTFTs (ms) and errors per path."""
+    headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
+    names = list(targets)
+    ttfts: dict[str, list[float]] = {n: [] for n in names}
+    errors = dict.fromkeys(names, 0)
+    clients = {n: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1),
+                                        timeout=aiohttp.ClientTimeout(total=60)) for n in names}  # fmt: skip
+    try:
+        for _ in range(min(20, requests)):  # warm-up: connections, caches
+            for n in names:
+                await one(clients[n], targets[n][0], make_body(targets[n][1], counter), headers)
+        for i in range(requests):
+            for n in names if i % 2 == 0 else reversed(names):
+                url, model = targets[n]
+                try:
+                    ttfts[n].append(await one(clients[n], url, make_body(model, counter), headers))
+                except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+                    errors[n] += 1
+                    if errors[n] == 1:
+                        print(f"  first error ({n}): {exc!r}", flush=True)
+    finally:
+        for c in clients.values():
+            await c.close()
+    return ttfts, errors
+
+
 async def drive(
     url: str, model: str, key: str, concurrency: int, requests: int, counter: Iterator[int]
 ) -> tuple[list[float], float, int]:
@@ -96,10 +139,7 @@ async def drive(
     headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
 
     def body() -> dict[str, object]:
-        # A new prompt every time: the exact cache misses (and fills) on every request.
-        n = next(counter)
-        return {"model": model, "messages": [{"role": "user", "content": f"hi {os.getpid()} {n}"}],
-                "stream": True, "temperature": 0, "max_tokens": 32}  # fmt: skip
+        return make_body(model, counter)
 
     ttfts: list[float] = []
     errors = 0
@@ -187,21 +227,29 @@ def main() -> None:
                  "blink": (blink_port, blink.pid)}  # fmt: skip
         if before is not None:
             paths["before"] = (before_port, before.pid)
-        rows: dict[str, dict[str, float]] = {}
+        rows: dict[str, dict[str, float]] = {name: {} for name in paths}
         counter = itertools.count()  # one prompt number sequence for the whole run: no prompt repeats
-        for name, (port, pid) in paths.items():
-            url = f"http://127.0.0.1:{port}/v1/chat/completions"
-            model = "auto" if name in ("blink", "before") else "fake"  # the fake upstream ignores the model
-            row: dict[str, float] = {}
-            for conc, n in ((1, args.requests), (64, args.requests_c64)):
-                cpu0 = cpu_seconds(pid) if pid else 0.0
-                ttfts, wall, errors = asyncio.run(drive(url, model, key, conc, n, counter))
-                cpu = (cpu_seconds(pid) - cpu0) if pid else float("nan")
-                row[f"p50_{conc}"], row[f"p99_{conc}"] = pct(ttfts, 50), pct(ttfts, 99)
-                row[f"rps_{conc}"] = len(ttfts) / wall
-                row[f"cpu_{conc}"] = cpu / (n + min(20, n)) * 1000
-                row[f"err_{conc}"] = errors
-            rows[name] = row
+        url = "http://127.0.0.1:{}/v1/chat/completions".format
+        # "blink"/"before" ask for the routed model; the fake upstream ignores the model.
+        targets = {name: (url(port), "auto" if name in ("blink", "before") else "fake") for name, (port, _) in paths.items()}
+        pids = {pid for _, pid in paths.values() if pid}
+        cpu0 = {pid: cpu_seconds(pid) for pid in pids}
+        ttfts, errors = asyncio.run(drive_interleaved(targets, key, args.requests, counter))
+        served = {pid: sum(len(ttfts[n]) + min(20, args.requests) for n, (_, p) in paths.items() if p == pid) for pid in pids}
+        for name, (_, pid) in paths.items():
+            row = rows[name]
+            row["p50_1"], row["p99_1"] = pct(ttfts[name], 50), pct(ttfts[name], 99)
+            row["cpu_1"] = (cpu_seconds(pid) - cpu0[pid]) / served[pid] * 1000 if pid else float("nan")
+            row["err_1"] = errors[name]
+        for name, (_, pid) in paths.items():
+            row = rows[name]
+            cpu0_64 = cpu_seconds(pid) if pid else 0.0
+            lat, wall, errs = asyncio.run(drive(targets[name][0], targets[name][1], key, 64, args.requests_c64, counter))
+            cpu = (cpu_seconds(pid) - cpu0_64) if pid else float("nan")
+            row["p50_64"], row["p99_64"] = pct(lat, 50), pct(lat, 99)
+            row["rps_64"] = len(lat) / wall
+            row["cpu_64"] = cpu / (args.requests_c64 + min(20, args.requests_c64)) * 1000
+            row["err_64"] = errs
         d = rows["direct"]
         print(f"{'path':<8}{'TTFT p50':>9}{'p99':>8}{'+p50':>8}{'+p99':>8}{'CPU-s/1k':>10}"
               f"{'c64 p50':>9}{'c64 req/s':>10}{'CPU-s/1k':>10}{'errors':>8}   (ms, concurrency 1 unless c64)")  # fmt: skip

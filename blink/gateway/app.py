@@ -13,7 +13,7 @@ from blink.config import ObsSettings, ServerSettings
 from blink.gateway.auth import AuthMiddleware, KeyStore
 from blink.gateway.dashboard import build_dashboard_router
 from blink.gateway.errors import install_error_handlers
-from blink.gateway.fast_path import GenerationFastPath, generation_handlers
+from blink.gateway.fast_path import GatewayApp, GenerationFastPath, generation_handlers
 from blink.gateway.front import GatewayFront
 from blink.gateway.limits import BodySizeLimitMiddleware, ConcurrencyLimitMiddleware
 from blink.gateway.routes import build_router
@@ -71,7 +71,7 @@ def create_app(
                 model_server.close()
             obs.close()
 
-    app = FastAPI(title="Blink", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = GatewayApp(title="Blink", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.registry = registry
     app.state.metrics = metrics
     app.state.obs = obs
@@ -88,6 +88,7 @@ def create_app(
     if models_router is not None:  # /v1/embeddings etc. are as latency-bound as generation (issue #9)
         fast.update(generation_handlers(models_router))
     app.add_middleware(GenerationFastPath, handlers=fast)
+    app.hot_paths = frozenset(fast)
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent=server_settings.max_concurrent_streams)
     app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=server_settings.max_body_bytes,
                        path_limits={p: n for s in services for p, n in s.body_limits.items()})

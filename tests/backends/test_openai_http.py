@@ -163,8 +163,10 @@ def _event(text: str, finish: str | None = None) -> bytes:
 
 
 async def test_deltas_of_one_read_are_marked_for_one_write() -> None:
-    """Every delta but the last of a read says ``more``: the gateway writes them together."""
-    events = [_event(" a"), _event(" b"), _event(" c", "stop"), b"[DONE]"]
+    """Every delta but the last of a read says ``more`` (the gateway writes them together),
+    except the stream's first token: it goes out at once, not after the rest of its read."""
+    role = b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}'
+    events = [role, _event(" a"), _event(" b"), _event(" c", "stop"), b"[DONE]"]
     server = await asyncio.start_server(_one_write_upstream(events), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{port}/v1")
@@ -173,7 +175,7 @@ async def test_deltas_of_one_read_are_marked_for_one_write() -> None:
     finally:
         await b.aclose()
         server.close()
-    assert [(d.text, d.more) for d in deltas] == [(" a", True), (" b", True), (" c", False)]
+    assert [(d.text, d.more) for d in deltas] == [(" a", False), (" b", True), (" c", False)]
 
 
 async def test_a_bad_event_after_good_ones_still_delivers_the_good_ones() -> None:
@@ -189,4 +191,4 @@ async def test_a_bad_event_after_good_ones_still_delivers_the_good_ones() -> Non
     finally:
         await b.aclose()
         server.close()
-    assert [(d.text, d.more) for d in got] == [(" a", True), (" b", False)]
+    assert [(d.text, d.more) for d in got] == [(" a", False), (" b", False)]
