@@ -8,19 +8,19 @@ Peers: ``transformers`` eager (fp32 and bf16) always; llama.cpp through ``llama-
 with ``--llama-cpp-python PY`` (a separate environment with llama-cpp-python + gguf: the same
 weights are converted to GGUF F16 and Q8_0 by benchmarks/peers/gguf_export.py and timed by
 benchmarks/peers/llama_cpp_figures.py there), loaded without repacking (its repacked Q8_0/Q4_0
-layouts crashed on this AMX CPU); vLLM's CPU build when
-``vllm`` is importable. Install those in the benchmark's own environment, never as Blink
-dependencies: both compile or download for many minutes.
+layouts crashed on this AMX CPU); vLLM's CPU build with ``--vllm-python PY`` (a venv with
+``vllm-cpu``; benchmarks/peers/vllm_figures.py runs there). Install those in the benchmark's own
+environments, never as Blink dependencies: both compile or download for many minutes.
 
     python benchmarks/engine_vs_peers.py --threads 2 [--shapes smollm2-135m,qwen2.5-0.5b]
-        [--llama-cpp-python /work/peers-venv/bin/python]
+        [--llama-cpp-python /work/peers-venv/bin/python] [--vllm-python /work/vllm-venv/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -111,35 +111,42 @@ def llama_cpp(python: str, checkpoint: Path, qtype: str, threads: int, w: Worklo
     gguf = checkpoint.parent / f"{checkpoint.name}-{qtype}.gguf"
     if not gguf.exists():
         subprocess.run([python, str(peers / "gguf_export.py"), str(checkpoint), str(gguf), "--type", qtype], check=True)
-    job = {"gguf": str(gguf), "threads": threads, "warm": rand_prompt(16, 99),
-           "ttft": {n: [rand_prompt(n, 1000 * n + i) for i in range(3)] for n in w.lengths},
-           "decode": rand_prompt(32, 5), "decode_tokens": w.decode_tokens,
-           "streams": [rand_prompt(32, 7000 + i) for i in range(w.streams)], "stream_tokens": w.stream_tokens}
+    job = {"gguf": str(gguf), "threads": threads, **peer_job(w)}
     out = subprocess.run([python, str(peers / "llama_cpp_figures.py")], input=json.dumps(job), text=True,
                          capture_output=True, check=True).stdout
     got = json.loads(out)
     return Figures({int(n): ms for n, ms in got["ttft_ms"].items()}, got["decode_tok_s"], got["agg_tok_s"])
 
 
-def vllm_cpu(path: Path, w: Workload) -> Figures:
-    from vllm import LLM  # type: ignore[import-not-found]
-    from vllm import SamplingParams as VParams
+def peer_job(w: Workload) -> dict[str, object]:
+    """The prompts every out-of-process peer times (the same seeds as Blink's and transformers')."""
+    return {"warm": rand_prompt(16, 99),
+            "ttft": {n: [rand_prompt(n, 1000 * n + i) for i in range(3)] for n in w.lengths},
+            "decode": rand_prompt(32, 5), "decode_tokens": w.decode_tokens,
+            "streams": [rand_prompt(32, 7000 + i) for i in range(w.streams)], "stream_tokens": w.stream_tokens}
 
-    llm = LLM(model=str(path), dtype="bfloat16", max_model_len=2048, enforce_eager=False)
 
-    def gen(prompts: list[list[int]], n: int) -> float:
-        t0 = time.perf_counter()
-        llm.generate([{"prompt_token_ids": p} for p in prompts],
-                     VParams(max_tokens=n, temperature=0.0, ignore_eos=True), use_tqdm=False)
-        return time.perf_counter() - t0
-
-    gen([rand_prompt(16, 99)], 1)
-    f = Figures()
-    f.ttft_ms = {n: statistics.median(gen([rand_prompt(n, 1000 * n + i)], 1) * 1000 for i in range(3))
-                 for n in w.lengths}
-    f.decode_tok_s = (w.decode_tokens - 1) / (gen([rand_prompt(32, 5)], w.decode_tokens) - gen([rand_prompt(32, 5)], 1))
-    f.agg_tok_s = w.streams * w.stream_tokens / gen([rand_prompt(32, 7000 + i) for i in range(w.streams)], w.stream_tokens)
-    return f
+def vllm_cpu(python: str, checkpoint: Path, threads: int, w: Workload) -> Figures:
+    """vLLM's CPU build in bf16 on the same checkpoint, in its own environment (``python``: a venv
+    with vllm-cpu), run by benchmarks/peers/vllm_figures.py with the settings shared/ENVIRONMENT.md
+    gives for its best CPU speed: OpenMP threads bound to the first ``threads`` cores, tcmalloc and
+    the venv's Intel OpenMP preloaded (+25% decode there), 4 GiB of KV cache."""
+    venv = Path(python).resolve().parent.parent
+    preload = [p for p in ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", str(venv / "lib" / "libiomp5.so"))
+               if Path(p).exists()]
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}" if threads > 1 else "0",
+           "VLLM_CPU_KVCACHE_SPACE": "4", "LD_PRELOAD": ":".join(preload), "VLLM_LOGGING_LEVEL": "WARNING"}
+    job = {"model": str(checkpoint), **peer_job(w)}
+    script = Path(__file__).resolve().parent / "peers" / "vllm_figures.py"
+    out = subprocess.run([python, str(script)], input=json.dumps(job), text=True, env=env,
+                         capture_output=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"vLLM peer failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{\"ttft_ms\"")]
+    if not lines:
+        raise RuntimeError(f"vLLM peer printed no figures:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    got = json.loads(lines[-1])
+    return Figures({int(n): ms for n, ms in got["ttft_ms"].items()}, got["decode_tok_s"], got["agg_tok_s"])
 
 
 def table(results: dict[str, Figures], lengths: list[int], best: str) -> None:
@@ -169,6 +176,8 @@ def main() -> None:
     ap.add_argument("--stream-tokens", type=int, default=128)
     ap.add_argument("--llama-cpp-python", default="",
                     help="a python with llama-cpp-python + gguf (e.g. /work/peers-venv/bin/python): adds llama.cpp")
+    ap.add_argument("--vllm-python", default=os.environ.get("BLINK_VLLM_PYTHON", ""),
+                    help="a python with vllm-cpu (e.g. /work/vllm-venv/bin/python): adds vLLM's CPU build")
     ap.add_argument("--gguf-types", default="F16,Q8_0", help="GGUF weight types to convert to and run")
     ap.add_argument("--skip-transformers-fp32", action="store_true")
     args = ap.parse_args()
@@ -188,10 +197,10 @@ def main() -> None:
                     results[f"llama.cpp {qtype}"] = llama_cpp(args.llama_cpp_python, path, qtype, args.threads, w)
             else:
                 print("(no --llama-cpp-python: llama.cpp peers skipped)")
-            if importlib.util.find_spec("vllm") is not None:
-                results["vLLM CPU bf16"] = vllm_cpu(path, w)
+            if args.vllm_python:
+                results["vLLM CPU bf16"] = vllm_cpu(args.vllm_python, path, args.threads, w)
             else:
-                print("(vllm not importable: vLLM CPU peer skipped)")
+                print("(no --vllm-python: vLLM CPU peer skipped)")
             print(f"\n## {shape}  threads={args.threads}")
             table(results, w.lengths, best)
 
