@@ -29,6 +29,7 @@ from blink.voice.smart_turn_fetch import (
     MODEL_SHA256,
     SmartTurnUnavailable,
     fetch_smart_turn,
+    installed_model,
     resolve_smart_turn,
 )
 from blink.voice.turn import TurnStage
@@ -189,7 +190,8 @@ async def test_voice_smart_turn_pipecat_builds_sessions_whose_turn_stage_asks_th
     from blink.voice.turn import TurnStage as Stage
     from blink.voice_config import VoiceSettings
 
-    assert resolve_smart_turn("pipecat") == smart_turn_path  # no pipecat-ai installed: the fetched copy
+    # An installed pipecat-ai's own file wins; without one, the fetched copy.
+    assert resolve_smart_turn("pipecat") == (installed_model() or smart_turn_path)
     settings = VoiceSettings(enabled=True, smart_turn="pipecat", smart_turn_threshold=0.7, smart_turn_max_extra_ms=1500)
     agent = build_voice_agent(settings, backend=None, model="tiny")
     assert isinstance(agent.turn_completion, SmartTurnModel)
