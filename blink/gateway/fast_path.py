@@ -43,7 +43,7 @@ def generation_handlers(router: APIRouter) -> dict[str, Handler]:
     """The POST endpoints of ``router`` that take a ``Request`` and nothing else (by path)."""
     out: dict[str, Handler] = {}
     for route in router.routes:
-        if isinstance(route, APIRoute) and "POST" in route.methods and route.path.startswith("/v1/"):
+        if isinstance(route, APIRoute) and "POST" in (route.methods or ()) and route.path.startswith("/v1/"):
             out[route.path] = route.endpoint
     return out
 
