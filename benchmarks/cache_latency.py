@@ -14,7 +14,13 @@ measures from the other core, HTTP in to the last byte out, streaming:
 
 ``--before DIR`` (a checkout of an earlier commit) starts that checkout's gateway too, on the same
 core with a copy of the same cache file, and alternates every request between the two: the
-"now vs before" ratios are measured side by side.
+"now vs before" ratios are measured side by side. Likewise a third gateway with
+``cache.semantic.head_start`` on (skip it with ``--no-head-start``): its misses call the upstream
+while the embedding runs, its semantic hits cancel that call; the miss and hit figures with vs
+without it are measured side by side.
+
+The gateways load the file and build their HNSW graphs on every core, and are pinned to the
+server core once ready (the graph builds dominate the run time otherwise).
 
 Goals (issue #4): semantic hit p99 <= 5 ms, exact hit p99 <= 1 ms, miss path <= 3 ms p50.
 """
@@ -31,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,15 +54,27 @@ from blink.gateway.cache.stores.sqlite import SQLiteCacheStore
 from blink.gateway.front_builder import build_matcher
 from blink.gateway.request_mapping import chat_request
 from blink.gateway.request_parsing import validate
+from blink.modelserver.build import batch_config
+from blink.modelserver.clients import EncoderClient
+from blink.modelserver.encoder import OnnxEncoder
+from blink.modelserver.server import ModelServer
 from blink.protocol.chat import ChatCompletionRequest
+from blink.safety_config import BatchingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "semantic-cache" / "pairs-dev.jsonl"
 MODEL = "fake"
 
 
-def _body(question: str) -> dict[str, Any]:
-    return {"model": MODEL, "messages": [{"role": "user", "content": question}], "temperature": 0, "stream": True}
+# The head-start comparison's upstream answer: one token after 20 ms (a small model's time to first
+# token on this CPU is 20-150 ms, RESULTS.md), set per request through the test upstream's ``user``
+# field, which the cache key ignores.
+SLOW_UPSTREAM = "tokens=1;delay=0.02"
+
+
+def _body(question: str, user: str | None = None) -> dict[str, Any]:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": question}], "temperature": 0, "stream": True}
+    return body if user is None else {**body, "user": user}
 
 
 def _request(question: str):  # type: ignore[no-untyped-def]
@@ -96,30 +115,45 @@ async def _fill(settings: CacheSettings, pairs: list[dict[str, Any]], entries: i
 
 
 async def _lookup_ms(settings: CacheSettings, exact_qs: list[str], semantic_qs: list[str], n: int) -> dict[str, list[float]]:
-    """The cache stage alone, in process: exact probe (+ embedding + search + guard) per outcome."""
+    """The cache stage alone, in process: exact probe (+ embedding + search + guard) per outcome,
+    with the embedder wired as ``blink serve`` wires it (the model server's batched encoder)."""
+    sem = settings.semantic
+    encoder = OnnxEncoder(sem.model, sem.onnx_dir, sem.quantize)
+    models = ModelServer()
+    client = EncoderClient(models.add_encoder(sem.model, encoder, batch_config(BatchingSettings())))
     store = SQLiteCacheStore(Path(settings.path), max_entries=10**7)
-    cache = ResponseCache(store, settings, build_matcher(settings))
+    cache = ResponseCache(store, settings, build_matcher(settings, client))
     await cache.start()  # loads the entries and builds the HNSW graph
-    out: dict[str, list[float]] = {k: [] for k in ("exact", "semantic", "miss", "exact_cpu", "semantic_cpu", "miss_cpu")}
+    out: dict[str, list[float]] = {k: [] for k in ("exact", "semantic", "miss", "exact_cpu", "semantic_cpu", "miss_cpu",
+                                                   "head start")}
     for i in range(n):
         for kind, q in (("exact", exact_qs[i % len(exact_qs)]), ("semantic", semantic_qs[i % len(semantic_qs)]),
                         ("miss", f"Is there parking near the venue for event number {i} this evening?")):
-            req = _request(q)
+            req, opened = _request(q), []
             t0, c0 = time.perf_counter(), time.process_time()
-            look = await cache.lookup(req, "default", CacheDirectives())
+            # before_embed: where cache.semantic.head_start would open the backend call.
+            look = await cache.lookup(req, "default", CacheDirectives(), partial(_stamp, opened))
             ms, cpu = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
             if look.outcome == kind:  # a few paraphrases normalise to a stored question: exact, not semantic
                 out[kind].append(ms)
                 out[kind + "_cpu"].append(cpu)
-    await _stages(cache, semantic_qs, n, out)
+                if kind == "miss":
+                    out["head start"].append((opened[0] - t0) * 1000)
+    await _stages(cache, encoder, semantic_qs, n, out)
     await cache.aclose()
+    models.close()
     return out
 
 
-_STAGES = ("keys", "exact probe", "embed (worker hop)", "embed (in thread)", "search", "guard")
+def _stamp(into: list[float]) -> None:
+    into.append(time.perf_counter())
 
 
-async def _stages(cache: ResponseCache, semantic_qs: list[str], n: int, out: dict[str, list[float]]) -> None:
+_STAGES = ("keys", "exact probe", "embed (batcher)", "embed (in thread)", "search", "guard")
+
+
+async def _stages(cache: ResponseCache, encoder: OnnxEncoder, semantic_qs: list[str], n: int,
+                  out: dict[str, list[float]]) -> None:
     """Each step of ``ResponseCache.lookup`` timed on its own (``stage|outcome`` -> ms), so the
     breakdown adds up to the lookup: key building, exact probe, the embedding through the worker
     thread and without it, the nearest-neighbour search, the hit guard."""
@@ -136,7 +170,7 @@ async def _stages(cache: ResponseCache, semantic_qs: list[str], n: int, out: dic
             t.append(time.perf_counter())
             vec = await matcher.embed(query)
             t.append(time.perf_counter())
-            matcher.embedder.embed(query)
+            encoder.counted([query])
             t.append(time.perf_counter())
             cands = await store.nearest(ns, vec, 4)
             t.append(time.perf_counter())
@@ -184,8 +218,8 @@ class _RawClient:
         self.sock.close()
 
 
-def _stream_ms(client: _RawClient, question: str) -> tuple[float, str]:
-    body = json.dumps(_body(question)).encode()
+def _stream_ms(client: _RawClient, question: str, user: str | None = None) -> tuple[float, str]:
+    body = json.dumps(_body(question, user)).encode()
     t0 = time.perf_counter()
     head, _ = client.stream(body)
     ms = (time.perf_counter() - t0) * 1000
@@ -203,6 +237,16 @@ def _unseen(traps: list[str], i: int) -> str:
     return q if i < len(traps) else f"{q} (take {i // len(traps) + 1})"
 
 
+def _pin_all_threads(pid: int, core: int) -> None:
+    """Every thread of ``pid`` onto ``core`` (sched_setaffinity on a pid moves its main thread only;
+    threads started later inherit their creator's set)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), {core})
+        except ProcessLookupError:
+            pass  # a thread that ended meanwhile
+
+
 def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q))
 
@@ -212,6 +256,8 @@ def main() -> None:
     ap.add_argument("--entries", type=int, default=100_000)
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--onnx-dir", default="~/.blink/onnx")
+    ap.add_argument("--no-head-start", dest="head_start", action="store_false",
+                    help="skip the gateway with cache.semantic.head_start on")
     ap.add_argument("--before", type=Path, help="a checkout of an earlier commit (git worktree add DIR SHA): its "
                     "gateway serves a copy of the same cache, requests alternating with this checkout's")
     args = ap.parse_args()
@@ -232,18 +278,21 @@ def main() -> None:
 
     cores = os.sched_getaffinity(0)
     server_core, client_core = (sorted(cores)[-1], sorted(cores)[0]) if len(cores) > 1 else (None, None)
-    pin = ["taskset", "-c", str(server_core)] if server_core is not None and shutil.which("taskset") else []
     up_port = free_port()
     env = dict(os.environ, BLINK_CACHE__MAX_ENTRIES=str(settings.max_entries),
                BLINK_CACHE__SEMANTIC__ONNX_DIR=args.onnx_dir, BLINK_OBS__REQUEST_LOG="off")
     # name -> (checkout, cache file): the "before" gateway gets its own copy of the filled file.
     gateways = {"now": (ROOT, Path(settings.path))}
+    if args.head_start:
+        shutil.copy(settings.path, tmp / "head-start.db")
+        gateways["head start"] = (ROOT, tmp / "head-start.db")
     if args.before is not None:
         shutil.copy(settings.path, tmp / "before.db")
         gateways["before"] = (args.before.resolve(), tmp / "before.db")
     procs: list[subprocess.Popen[bytes]] = []
     ports: dict[str, int] = {}
-    results: dict[str, dict[str, list[float]]] = {g: {"exact": [], "semantic": [], "miss": []} for g in gateways}
+    kinds = ("exact", "semantic", "miss", "slow miss") if args.head_start else ("exact", "semantic", "miss")
+    results: dict[str, dict[str, list[float]]] = {g: {k: [] for k in kinds} for g in gateways}
     cpu_ms: dict[str, dict[str, float]] = {g: {} for g in gateways}
     try:
         procs.append(subprocess.Popen([sys.executable, str(ROOT / "tests" / "upstream_server.py"), "--port", str(up_port),
@@ -251,10 +300,11 @@ def main() -> None:
         wait_ready(f"http://127.0.0.1:{up_port}/v1/models", procs[-1], timeout=300)
         for name, (checkout, path) in gateways.items():  # `python -m` from a checkout imports its blink
             ports[name] = free_port()
+            extra = {"BLINK_CACHE__SEMANTIC__HEAD_START": "true"} if name == "head start" else {}
             procs.append(subprocess.Popen(
-                [*pin, sys.executable, "-m", "blink.cli", "serve", "--upstream", f"http://127.0.0.1:{up_port}/v1",
+                [sys.executable, "-m", "blink.cli", "serve", "--upstream", f"http://127.0.0.1:{up_port}/v1",
                  "--upstream-model", MODEL, "--port", str(ports[name]), "--semantic-cache", "--log-level", "warning"],
-                cwd=checkout, env=dict(env, BLINK_CACHE__PATH=str(path)), stdout=subprocess.DEVNULL,
+                cwd=checkout, env=dict(env, BLINK_CACHE__PATH=str(path), **extra), stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL))
         servers = {name: psutil.Process(p.pid) for name, p in zip(gateways, procs[1:], strict=True)}
         # The in-process measurement runs on the client core while the server loads the same
@@ -264,22 +314,27 @@ def main() -> None:
         lookup_ms = asyncio.run(_lookup_ms(settings, exact_qs, semantic_qs, args.requests))
         for name, p in zip(gateways, procs[1:], strict=True):
             wait_ready(f"http://127.0.0.1:{ports[name]}/health", p, timeout=900)
+            print(f"gateway {name!r} ready {time.perf_counter() - t0:.0f} s into the run")
+            if server_core is not None:
+                _pin_all_threads(p.pid, server_core)
         clients = {name: _RawClient(port) for name, port in ports.items()}
         try:
             # Keep the paraphrases every gateway serves semantically (some equal a question after
             # normalising; an earlier checkout's embedder may place a few differently).
             semantic_qs = [q for q in semantic_qs if all(_stream_ms(c, q)[1] == "semantic" for c in clients.values())]
             order = list(gateways)
-            for kind in ("exact", "semantic", "miss"):
+            for kind in kinds:
                 cpu0 = {g: sum(servers[g].cpu_times()[:2]) for g in gateways}
                 for i in range(args.requests):
                     q = {"exact": exact_qs[i % len(exact_qs)], "semantic": semantic_qs[i % len(semantic_qs)],
-                         "miss": _unseen(traps, i)}[kind]
+                         "miss": _unseen(traps, i), "slow miss": _unseen(traps, args.requests + i)}[kind]
+                    user = SLOW_UPSTREAM if kind == "slow miss" else None
                     for g in order if i % 2 == 0 else order[::-1]:  # alternate which gateway goes first
-                        ms, outcome = _stream_ms(clients[g], q)
-                        if outcome != kind and kind == "miss":
+                        ms, outcome = _stream_ms(clients[g], q, user)
+                        expected = "miss" if kind == "slow miss" else kind
+                        if outcome != expected and expected == "miss":
                             continue  # an unseen question that a paraphrase filled earlier answers: rightly a hit
-                        if outcome != kind:
+                        if outcome != expected:
                             raise RuntimeError(f"{g}: expected {kind}, got {outcome} for {q!r}")
                         results[g][kind].append(ms)
                 # Server CPU per request: what the request costs on an idle core, whatever else runs.
@@ -304,6 +359,17 @@ def main() -> None:
         goal_s = f"  goal p99 <= {goal:g} ms" if goal else ""
         print(f"  {kind:<9} p50 {_pct(xs, 50):6.2f} ms  p99 {_pct(xs, 99):6.2f} ms  server CPU {cpu_ms['now'][kind]:5.2f} ms/req"
               f"{ratio}{goal_s}")
+    if args.head_start:
+        print("\nhead start (cache.semantic.head_start) vs off, requests alternating between the two gateways:")
+        for kind in ("semantic", "miss", "slow miss"):
+            a, b = results["head start"][kind], results["now"][kind]
+            print(f"  {kind:<9} p50 {_pct(a, 50):6.2f} vs {_pct(b, 50):6.2f} ms ({_pct(a, 50) / _pct(b, 50):.2f}x, "
+                  f"{_pct(a, 50) - _pct(b, 50):+.2f} ms)  p99 {_pct(a, 99):6.2f} vs {_pct(b, 99):6.2f} ms "
+                  f"({_pct(a, 99) / _pct(b, 99):.2f}x)  server CPU {cpu_ms['head start'][kind]:5.2f} vs "
+                  f"{cpu_ms['now'][kind]:5.2f} ms/req")
+        print(f"  (slow miss: the upstream answers one token after 20 ms ({SLOW_UPSTREAM}); a miss's lookup overlaps\n"
+              "  the upstream call, which only pays when the call takes longer than the lookup, as a model's does;\n"
+              "  each semantic hit also opened and cut an upstream call)")
     if args.before is not None:
         print(f"\nnow vs before ({args.before}), requests alternating between the two gateways on one core:")
         for kind in ("exact", "semantic", "miss"):
@@ -317,7 +383,10 @@ def main() -> None:
         xs, cpu = lookup_ms[kind], lookup_ms[kind + "_cpu"]
         print(f"  {kind:<9} p50 {_pct(xs, 50):6.2f} ms  p99 {_pct(xs, 99):6.2f} ms  CPU p50 {_pct(cpu, 50):5.2f} ms "
               f"p99 {_pct(cpu, 99):5.2f} ms  ({len(xs)} lookups; {goal})")
-    print("\nits steps, each timed alone (ms, p50 / p99; the lookup uses the worker-hop embedding):")
+    hs = lookup_ms["head start"]
+    print(f"  miss with cache.semantic.head_start: the backend call opens after p50 {_pct(hs, 50):6.3f} ms  "
+          f"p99 {_pct(hs, 99):6.3f} ms (keys + exact probe; the embedding and search overlap the call)")
+    print("\nits steps, each timed alone (ms, p50 / p99; the lookup hands the embedding to the batcher's thread):")
     print(f"  {'step':<20} {'semantic hit':>16} {'miss':>16}")
     for name in _STAGES:
         cells = [f"{_pct(lookup_ms[f'{name}|{k}'], 50):6.3f} / {_pct(lookup_ms[f'{name}|{k}'], 99):6.3f}"
