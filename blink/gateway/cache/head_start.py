@@ -28,7 +28,7 @@ class HeadStart:
 
     def __init__(self, backend: Backend, req: GenerationRequest) -> None:
         self.inner = backend
-        self.name = backend.name
+        self.name = backend.name  # backends name themselves once, at construction
         self._req = req
         self._it = backend.stream(req)
         self._first: asyncio.Task[Delta] = asyncio.ensure_future(anext(self._it))  # type: ignore[arg-type]
