@@ -8,10 +8,12 @@ keep-alive, one worker). Each proxy is pinned to the same one core; the upstream
 generator share the other core(s). Prints, per path: TTFT p50/p99 at concurrency 1, what the
 proxy adds, CPU-seconds per 1,000 streamed requests and streamed requests/s at concurrency 64.
 
-Concurrency 1 is measured interleaved: one request to each path in turn (the order reversed
-every round), so the machine's drift (up to 1.5x minute to minute on a shared VM) lands on every
-path alike and "added" compares requests taken milliseconds apart. Concurrency 64 runs one path
-after another. At concurrency 1, ``blink`` and ``blink-nr`` share one process: their CPU column
+Concurrency 1 is measured interleaved: blocks of ``BLOCK`` requests to each path in turn (the
+order reversed every round), so the machine's drift (up to 1.5x minute to minute on a shared
+VM) lands on every path alike and "added" compares requests taken ~0.1 s apart. Within a block
+a path runs back to back as it would alone (one request per path in turn left each process cold
+and read ~0.5 ms more for a Python gateway); the first ``BLOCK_WARM`` of each block are not
+counted. Concurrency 64 runs one path after another. At concurrency 1, ``blink`` and ``blink-nr`` share one process: their CPU column
 is that process's CPU over both paths' requests.
 
     apt-get install -y --no-install-recommends nginx   # once (Debian package)
@@ -49,6 +51,9 @@ FIRST_TOKEN = b'" t0"'
 # LiteLLM's figures quoted in the issue, for the ratios printed at the end.
 LITELLM_ADDED_P50_MS = 15.0
 LITELLM_CPU_S_PER_1K = 37.5
+# Concurrency-1 block per path and turn (~25-50 ms), and its requests not counted (caches warm up).
+BLOCK = 25
+BLOCK_WARM = 3
 
 NGINX_CONF = """
 worker_processes 1;
@@ -102,8 +107,9 @@ def make_body(model: str, counter: Iterator[int]) -> dict[str, object]:
 async def drive_interleaved(
     targets: dict[str, tuple[str, str]], key: str, requests: int, counter: Iterator[int]
 ) -> tuple[dict[str, list[float]], dict[str, int]]:
-    """Concurrency 1 on every path at once: ``requests`` rounds of one request per path (name ->
-    (url, model)), the order reversed each round. Returns TTFTs (ms) and errors per path."""
+    """Concurrency 1 on every path (name -> (url, model)): blocks of ``BLOCK`` requests per path in
+    turn, the order reversed each round, until each has ``requests`` counted. Returns TTFTs (ms)
+    and errors per path."""
     headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
     names = list(targets)
     ttfts: dict[str, list[float]] = {n: [] for n in names}
@@ -114,15 +120,20 @@ async def drive_interleaved(
         for _ in range(min(20, requests)):  # warm-up: connections, caches
             for n in names:
                 await one(clients[n], targets[n][0], make_body(targets[n][1], counter), headers)
-        for i in range(requests):
+        per_block = BLOCK - BLOCK_WARM
+        for i in range(-(-requests // per_block)):
             for n in names if i % 2 == 0 else reversed(names):
                 url, model = targets[n]
-                try:
-                    ttfts[n].append(await one(clients[n], url, make_body(model, counter), headers))
-                except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
-                    errors[n] += 1
-                    if errors[n] == 1:
-                        print(f"  first error ({n}): {exc!r}", flush=True)
+                for k in range(BLOCK_WARM + min(per_block, requests - i * per_block)):
+                    try:
+                        ttft = await one(clients[n], url, make_body(model, counter), headers)
+                    except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
+                        errors[n] += 1
+                        if errors[n] == 1:
+                            print(f"  first error ({n}): {exc!r}", flush=True)
+                        continue
+                    if k >= BLOCK_WARM:
+                        ttfts[n].append(ttft)
     finally:
         for c in clients.values():
             await c.close()
@@ -235,7 +246,9 @@ def main() -> None:
         pids = {pid for _, pid in paths.values() if pid}
         cpu0 = {pid: cpu_seconds(pid) for pid in pids}
         ttfts, errors = asyncio.run(drive_interleaved(targets, key, args.requests, counter))
-        served = {pid: sum(len(ttfts[n]) + min(20, args.requests) for n, (_, p) in paths.items() if p == pid) for pid in pids}
+        blocks = -(-args.requests // (BLOCK - BLOCK_WARM))
+        served = {pid: sum(args.requests + blocks * BLOCK_WARM + min(20, args.requests) for _, p in paths.values() if p == pid)
+                  for pid in pids}  # fmt: skip
         for name, (_, pid) in paths.items():
             row = rows[name]
             row["p50_1"], row["p99_1"] = pct(ttfts[name], 50), pct(ttfts[name], 99)
