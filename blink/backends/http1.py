@@ -229,7 +229,11 @@ class Http1Pool:
         head = b"%s %s HTTP/1.1\r\nhost: %s\r\n%scontent-length: %d\r\n\r\n" % (
             method.encode(), (self.prefix + path).encode(), self._host_header, headers, len(body)
         )
-        await self._slots.acquire()
+        if self._slots.locked():  # every connection busy: waiting for one counts as connecting
+            async with asyncio.timeout(self.connect_timeout_s):
+                await self._slots.acquire()
+        else:
+            await self._slots.acquire()
         conn: _Connection | None = None
         try:
             while True:

@@ -155,6 +155,23 @@ async def test_read_timeout_bounds_the_gap_between_reads() -> None:
     assert got == b"a"
 
 
+async def test_waiting_for_a_free_connection_is_bounded_by_the_connect_timeout() -> None:
+    ok = [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"]
+    handle, _ = _answers(ok, ok)
+    server, url = await _serve(handle)
+    pool = Http1Pool(url, connect_timeout_s=0.2, read_timeout_s=5.0, max_connections=1)
+    try:
+        held = await pool.request("POST", "/x", b"", b"")  # not released: the one slot stays taken
+        with pytest.raises(TimeoutError):
+            await pool.request("POST", "/x", b"", b"")
+        assert await held.read() == b"ok"
+        held.release()
+        assert await _body(pool) == (200, b"ok")  # the slot came back
+    finally:
+        await pool.aclose()
+        server.close()
+
+
 async def test_a_body_above_the_high_water_mark_is_read_whole() -> None:
     """Reading pauses above 256 KiB unread and resumes as the caller takes the bytes."""
     big = b"x" * (2 * 1024 * 1024)
