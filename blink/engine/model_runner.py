@@ -20,6 +20,7 @@ from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
 from blink.engine.layers.linear_int8 import quantize_model
+from blink.engine.layers.packed_linear import prepack_model
 from blink.engine.loader import (
     instantiate,
     load_weights,
@@ -87,6 +88,9 @@ class ModelRunner:
         model.requires_grad_(False).eval()
         self.quantization = config.quantization
         quantize_model(model, config.quantization)
+        # bf16 on the CPU: weights packed once for oneDNN (no per-call re-blocking); a no-op
+        # otherwise. After quantization, so int8 layers are left as they are.
+        prepack_model(model)
         self.model: CausalLM = model  # type: ignore[assignment]
         self.vocab_size = int(self.hf_config.vocab_size)
         self.num_blocks = self._allocate_kv_cache(model, num_blocks)

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from blink.engine.layers.packed_linear import cpu_bf16_packing_supported, pack_weight, packed_linear
+
 
 class VocabEmbedding(nn.Module):
     def __init__(self, vocab_size: int, hidden_size: int) -> None:
@@ -34,6 +36,18 @@ class LMHead(nn.Module):
             self.weight = tied_to.weight
         else:
             self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
+        # oneDNN-packed copy for the eager bf16 CPU path (see packed_linear.py); a tied head
+        # packs its own copy, the embedding lookup keeps the plain table.
+        self.packed_weight: torch.Tensor | None = None
+
+    def prepack(self) -> bool:
+        """Pack the loaded (or tied) weight once; False where packing does not apply."""
+        if not cpu_bf16_packing_supported(self.weight):
+            return False
+        self.packed_weight = pack_weight(self.weight)
+        return True
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling() and self.packed_weight is not None:
+            return packed_linear(hidden, self.packed_weight, None).float()
         return F.linear(hidden, self.weight).float()

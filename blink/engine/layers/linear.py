@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from blink.engine.layers.packed_linear import cpu_bf16_packing_supported, pack_weight, packed_linear
+
 
 class Linear(nn.Module):
     """``y = x W^T (+ b)``; ``load_shard`` with ``shard=None`` copies the whole tensor."""
@@ -24,8 +26,22 @@ class Linear(nn.Module):
         self.out_features = out_features
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        # oneDNN-packed copy of ``weight`` for the eager bf16 CPU path (see packed_linear.py);
+        # a plain attribute, so it is neither saved nor traced. ``weight`` stays for loading,
+        # quantization and the compiled decode graph.
+        self.packed_weight: torch.Tensor | None = None
+
+    def prepack(self) -> bool:
+        """Pack the loaded weight once; False where packing does not apply (fp32, non-CPU)."""
+        if not cpu_bf16_packing_supported(self.weight):
+            return False
+        self.packed_weight = pack_weight(self.weight)
+        return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Checked first: under torch.compile the packed tensor must never be touched.
+        if not torch.compiler.is_compiling() and self.packed_weight is not None:
+            return packed_linear(x, self.packed_weight, self.bias)
         return F.linear(x, self.weight, self.bias)
 
     def shard_rows(self, shard: str | int | None) -> slice:
