@@ -75,6 +75,15 @@ async def test_sqlite_group_commit_keeps_call_order_with_evictions(tmp_path: Pat
         await reopened.aclose()
 
 
+async def test_sqlite_group_commit_without_evictions_persists_every_put(tmp_path: Path) -> None:
+    store = SQLiteCacheStore(tmp_path / "c.db", max_entries=100)
+    await store.start()
+    await asyncio.gather(*(store.put("ns", f"k{i}".encode(), unit(i), entry(str(i)), ttl=60) for i in range(5)))
+    await store.aclose()
+    with sqlite3.connect(tmp_path / "c.db") as db:
+        assert db.execute("SELECT count(*) FROM cache_entries").fetchone()[0] == 5
+
+
 def test_vector_index_switches_to_hnsw_and_keeps_answering() -> None:
     import numpy as np
 

@@ -162,12 +162,16 @@ class SQLiteCacheStore:
         db = self._db
         if db is None:
             raise RuntimeError("the SQLite cache store is closed")
+        insert = "INSERT OR REPLACE INTO cache_entries (ns, key, vec, resp, expires_at) VALUES (?, ?, ?, ?, ?)"
         db.execute("BEGIN")
         try:
-            for row, evicted in batch:  # each put's insert, then its evictions: the memory store's order
-                db.execute("INSERT OR REPLACE INTO cache_entries (ns, key, vec, resp, expires_at) VALUES (?, ?, ?, ?, ?)", row)
-                if evicted:
-                    db.executemany("DELETE FROM cache_entries WHERE ns = ? AND key = ?", evicted)
+            if not any(evicted for _, evicted in batch):  # the usual case: one call, one GIL hand-off
+                db.executemany(insert, [row for row, _ in batch])
+            else:
+                for row, evicted in batch:  # each put's insert, then its evictions: the memory store's order
+                    db.execute(insert, row)
+                    if evicted:
+                        db.executemany("DELETE FROM cache_entries WHERE ns = ? AND key = ?", evicted)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
