@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -54,34 +53,6 @@ async def test_sqlite_reload_keeps_entries_vectors_and_evictions(tmp_path: Path)
     with sqlite3.connect(tmp_path / "c.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert db.execute("SELECT count(*) FROM cache_entries").fetchone()[0] == 3
-
-
-async def test_sqlite_group_commit_keeps_call_order_with_evictions(tmp_path: Path) -> None:
-    """Concurrent puts share one commit, written in call order: k0 evicted by k2, then put back
-    (evicting k1), must survive the restart exactly as the memory store has it."""
-    store = SQLiteCacheStore(tmp_path / "c.db", max_entries=2)
-    await store.start()
-    keys = ["k0", "k1", "k2", "k0"]
-    await asyncio.gather(*(store.put("ns", k.encode(), unit(i), entry(str(i), query=k), ttl=60) for i, k in enumerate(keys)))
-    await store.aclose()
-    reopened = SQLiteCacheStore(tmp_path / "c.db", max_entries=2)
-    await reopened.start()
-    try:
-        assert await reopened.get_exact("ns", b"k1") is None
-        assert (await reopened.get_exact("ns", b"k2")) is not None
-        back = await reopened.get_exact("ns", b"k0")
-        assert back is not None and back.choices[0].text == "3"
-    finally:
-        await reopened.aclose()
-
-
-async def test_sqlite_group_commit_without_evictions_persists_every_put(tmp_path: Path) -> None:
-    store = SQLiteCacheStore(tmp_path / "c.db", max_entries=100)
-    await store.start()
-    await asyncio.gather(*(store.put("ns", f"k{i}".encode(), unit(i), entry(str(i)), ttl=60) for i in range(5)))
-    await store.aclose()
-    with sqlite3.connect(tmp_path / "c.db") as db:
-        assert db.execute("SELECT count(*) FROM cache_entries").fetchone()[0] == 5
 
 
 def test_vector_index_switches_to_hnsw_and_keeps_answering() -> None:

@@ -1,11 +1,7 @@
 """The embedded default: the in-process index, persisted to a SQLite file in WAL mode.
 
 Reads never touch SQLite (the memory store answers them); every write is committed on one
-writer thread before ``put`` returns, so an acknowledged entry survives ``kill -9``. Writes are
-group-committed: the puts of one ``_GROUP_COMMIT_S`` window go to the writer thread together, in
-call order, in one transaction, so the thread hop (submit + GIL hand-off, ~5% of the gateway's
-CPU at concurrency 1 when it ran once per fill) no longer lands on nearly every next request's
-first-token path; the memory store has the entry at once, so hits do not wait for it. WAL with
+writer thread before ``put`` returns, so an acknowledged entry survives ``kill -9``. WAL with
 ``synchronous=NORMAL`` is crash-safe for the process (not for power loss, which needs
 ``synchronous=FULL``: set ``durable=True``). Entries are loaded back at start.
 """
@@ -24,11 +20,6 @@ from blink.gateway.cache.entry import CachedResponse
 from blink.gateway.cache.store import CacheStats
 from blink.gateway.cache.stores.memory import MemoryCacheStore
 from blink.gateway.cache.vector_index import DEFAULT_HNSW_THRESHOLD
-
-# The group-commit window: at concurrency 1 a streamed miss takes ~1-3 ms, so one hop to the
-# writer thread per ~10 fills; the fill's acknowledgement (not the client's response) waits this
-# long at most.
-_GROUP_COMMIT_S = 0.02
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cache_entries (
@@ -57,10 +48,6 @@ class SQLiteCacheStore:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blink-cache-sqlite")
         self._db: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
-        # Puts waiting for the next group commit (row, keys it evicted), and its outcome.
-        self._batch: list[tuple[tuple[object, ...], list[tuple[str, bytes]]]] = []
-        self._batch_done: asyncio.Future[None] | None = None
-        self._batch_timer: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         async with self._lock:
@@ -100,35 +87,7 @@ class SQLiteCacheStore:
         vec32 = None if vec is None else np.asarray(vec, dtype=np.float32)
         evicted = self._mem.put_sync(ns, key, vec32, resp, expires_at)
         row = (ns, key, None if vec32 is None else vec32.tobytes(), resp.to_bytes(), expires_at)
-        self._batch.append((row, evicted))
-        done = self._batch_done
-        if done is None:
-            loop = asyncio.get_running_loop()
-            done = self._batch_done = loop.create_future()
-            self._batch_timer = loop.call_later(_GROUP_COMMIT_S, self._commit_batch)
-        await asyncio.shield(done)
-
-    def _commit_batch(self) -> asyncio.Future[None] | None:
-        """Hand the waiting puts to the writer thread (in call order); their future ends with it."""
-        batch, done = self._batch, self._batch_done
-        if done is None:
-            return None
-        self._batch, self._batch_done = [], None
-        if self._batch_timer is not None:
-            self._batch_timer.cancel()
-            self._batch_timer = None
-        written = asyncio.get_running_loop().run_in_executor(self._writer, self._write_batch, batch)
-
-        def settle(f: asyncio.Future[None]) -> None:
-            if f.cancelled():
-                done.cancel()
-            elif f.exception() is not None:
-                done.set_exception(f.exception())  # type: ignore[arg-type]
-            else:
-                done.set_result(None)
-
-        written.add_done_callback(settle)
-        return done
+        await self._run(self._write, row, evicted)
 
     async def put_many(
         self, items: list[tuple[str, bytes, np.ndarray | None, CachedResponse]], ttl: float
@@ -142,7 +101,6 @@ class SQLiteCacheStore:
             vec32 = None if vec is None else np.asarray(vec, dtype=np.float32)
             evicted += self._mem.put_sync(ns, key, vec32, resp, expires_at)
             rows.append((ns, key, None if vec32 is None else vec32.tobytes(), resp.to_bytes(), expires_at))
-        self._commit_batch()  # earlier puts first (one writer, in order)
         await self._run(self._write_many, rows, evicted)
 
     def _write_many(self, rows: list[tuple[object, ...]], evicted: list[tuple[str, bytes]]) -> None:
@@ -158,20 +116,15 @@ class SQLiteCacheStore:
             db.execute("ROLLBACK")
             raise
 
-    def _write_batch(self, batch: list[tuple[tuple[object, ...], list[tuple[str, bytes]]]]) -> None:
+    def _write(self, row: tuple[object, ...], evicted: list[tuple[str, bytes]]) -> None:
         db = self._db
         if db is None:
             raise RuntimeError("the SQLite cache store is closed")
-        insert = "INSERT OR REPLACE INTO cache_entries (ns, key, vec, resp, expires_at) VALUES (?, ?, ?, ?, ?)"
         db.execute("BEGIN")
         try:
-            if not any(evicted for _, evicted in batch):  # the usual case: one call, one GIL hand-off
-                db.executemany(insert, [row for row, _ in batch])
-            else:
-                for row, evicted in batch:  # each put's insert, then its evictions: the memory store's order
-                    db.execute(insert, row)
-                    if evicted:
-                        db.executemany("DELETE FROM cache_entries WHERE ns = ? AND key = ?", evicted)
+            db.execute("INSERT OR REPLACE INTO cache_entries (ns, key, vec, resp, expires_at) VALUES (?, ?, ?, ?, ?)", row)
+            if evicted:
+                db.executemany("DELETE FROM cache_entries WHERE ns = ? AND key = ?", evicted)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -185,7 +138,6 @@ class SQLiteCacheStore:
     async def clear(self) -> int:
         await self.start()
         n = self._mem.clear_sync()
-        self._commit_batch()  # puts before the clear are written before it (one writer, in order)
         await self._run(self._clear)
         return n
 
@@ -194,9 +146,6 @@ class SQLiteCacheStore:
             self._db.execute("DELETE FROM cache_entries")
 
     async def aclose(self) -> None:
-        pending = self._commit_batch()
-        if pending is not None:
-            await asyncio.gather(pending, return_exceptions=True)
         db, self._db = self._db, None
         if db is not None:
             await self._run(db.close)
