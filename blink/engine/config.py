@@ -45,6 +45,9 @@ class EngineConfig:
     # Decode-only steps run a torch.compile'd forward (blink/engine/compiled_decode.py), built
     # and warmed at start-up.
     compile: bool = False
+    # "frozen" (whole forward, weights frozen, inductor's int8 micro-GEMM; minutes to compile)
+    # or "layers" (one decoder layer's graph shared by all layers; seconds). compiled_decode.py.
+    compile_mode: str = "frozen"
     # Speculative decoding: None (off), "ngram" (prompt lookup) or "draft" (a smaller model
     # sharing the tokenizer, named by speculative_draft_model).
     speculative: str | None = None
