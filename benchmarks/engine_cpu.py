@@ -6,6 +6,10 @@ tokens/s, aggregate tokens/s with 16 concurrent streams, and the TTFT of a reque
 1024-token prefix is cached, each with its ratio to transformers.
 
     python benchmarks/engine_cpu.py --threads 2 [--shapes smollm2-135m,qwen2.5-0.5b] [--dtype bfloat16]
+
+``--ab-prepack ROUNDS`` instead compares Blink with its bf16 weights pre-packed for oneDNN (the
+default, blink/engine/layers/packed_linear.py) against the same engine with plain ``F.linear``,
+alternating the two ROUNDS times in one run (TTFT at each length + 16-stream tok/s; ~2 min).
 """
 
 from __future__ import annotations
@@ -111,6 +115,51 @@ def blink_figures(path: Path, dtype: str, threads: int, lengths: list[int], deco
     return Figures(ttft, decode, agg, cached, cold)
 
 
+def unpack(engine: LLMEngine) -> None:
+    """Back to plain ``F.linear`` (drop every layer's oneDNN-packed weight copy)."""
+    for module in engine.runner.model.modules():  # type: ignore[attr-defined]
+        if getattr(module, "packed_weight", None) is not None:
+            module.packed_weight = None
+
+
+def streams_tok_s(engine: LLMEngine, streams: int, stream_tokens: int, tag: str) -> float:
+    params = SamplingParams(max_tokens=stream_tokens, temperature=0.0, ignore_eos=True)
+    t0 = time.perf_counter()
+    for i in range(streams):
+        engine.add_request(f"{tag}s{i}", rand_prompt(32, 7000 + i), params)
+    total = 0
+    while engine.has_unfinished():
+        for o in engine.step():
+            total += len(o.new_token_ids)
+    return total / (time.perf_counter() - t0)
+
+
+def ab_prepack(path: Path, dtype: str, threads: int, lengths: list[int], streams: int,
+               stream_tokens: int, rounds: int) -> None:
+    """Packed vs plain bf16 linears, alternating, one engine each; prints medians and ratios."""
+    cfg = dict(model=str(path), dtype=dtype, threads=threads, max_model_len=2048,
+               kv_cache_memory_bytes=1 << 30, max_num_batched_tokens=2048, max_num_seqs=64,
+               enable_prefix_caching=False)
+    engines = {"packed": LLMEngine(EngineConfig(**cfg), path), "plain": LLMEngine(EngineConfig(**cfg), path)}  # type: ignore[arg-type]
+    unpack(engines["plain"])
+    figures: dict[str, dict[str, list[float]]] = {name: {} for name in engines}
+    for name, eng in engines.items():
+        blink_ttft(eng, rand_prompt(16, 99), f"warm-{name}")
+    for r in range(rounds):
+        for name, eng in (engines.items() if r % 2 == 0 else reversed(engines.items())):
+            for n in lengths:
+                figures[name].setdefault(f"TTFT ms @ {n}", []).append(
+                    blink_ttft(eng, rand_prompt(n, 1000 * n + r), f"{name}{r}-{n}"))
+            figures[name].setdefault(f"{streams}-stream tok/s", []).append(
+                streams_tok_s(eng, streams, stream_tokens, f"{name}{r}"))
+    print(f"\n## prepacked bf16 linears vs plain F.linear, {rounds} alternating rounds, threads={threads}")
+    print(f"{'figure (median)':30s} {'packed':>10s} {'plain':>10s} {'gain':>8s}")
+    for key in figures["packed"]:
+        a, b = statistics.median(figures["packed"][key]), statistics.median(figures["plain"][key])
+        gain = b / a if key.startswith("TTFT") else a / b
+        print(f"{key:30s} {a:10.1f} {b:10.1f} {gain:7.2f}x")
+
+
 # -- transformers ---------------------------------------------------------------------------
 
 def hf_generate(model: torch.nn.Module, prompts: list[list[int]], n: int) -> float:
@@ -154,6 +203,8 @@ def main() -> None:
     ap.add_argument("--stream-tokens", type=int, default=128)
     ap.add_argument("--sequential-sample", type=int, default=3, help="transformers streams timed for the sequential figure")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--ab-prepack", type=int, default=0, metavar="ROUNDS",
+                    help="only compare packed vs plain bf16 linears, alternating ROUNDS times")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -161,6 +212,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shapes.split(","):
             path = build(shape, Path(tmp), args.dtype)
+            if args.ab_prepack:
+                ab_prepack(path, args.dtype, args.threads, lengths, args.streams, args.stream_tokens,
+                           args.ab_prepack)
+                continue
             b = blink_figures(path, args.dtype, args.threads, lengths, args.decode_tokens, args.streams,
                               args.stream_tokens)
             h, hf_batch = hf_figures(path, args.dtype, lengths, args.decode_tokens, args.streams,
