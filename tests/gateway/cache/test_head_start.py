@@ -107,3 +107,22 @@ def test_discard_cuts_a_call_the_upstream_is_serving(upstream: FakeUpstream) -> 
         await backend.aclose()
 
     asyncio.run(run())
+
+
+def test_failed_lookup_cancels_the_started_call(upstream: FakeUpstream, onnx_dir: Path,
+                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The embedder times out (a 1 us queue timeout: every input is already late): the client gets
+    the typed 504, and the call the head start opened is cut, not left running."""
+    from blink.safety_config import ModelServerSettings
+
+    settings = cache_settings(upstream, {
+        "semantic": {"enabled": True, "onnx_dir": str(onnx_dir), "head_start": True},
+        "path": str(tmp_path_factory.mktemp("head-start-fail") / "cache.db"),
+    }, model_server=ModelServerSettings(timeout_s=1e-6))
+    upstream.defaults["stall"] = 1
+    calls, cancelled = len(upstream.requests), upstream.cancelled
+    with cached_gateway(settings) as (server, _):
+        resp = _ask(server, "Where can I find the nearest pharmacy?")
+        assert resp.status_code == 504
+        assert resp.json()["error"]["type"] == "timeout"
+        _wait(lambda: len(upstream.requests) - calls == upstream.cancelled - cancelled)
