@@ -10,13 +10,20 @@ Two modes (``EngineConfig.compile_mode``):
 - ``"frozen"``: the whole forward in one graph with inductor's freezing and max-autotune. The
   weights become constants, which is what lets inductor replace ``_weight_int8pack_mm`` by its
   own prepacked C++ micro-GEMM (autotuned against the aten kernel): 1.6-2.2x less CPU per int8
-  matmul than aten's at batch 1 (30 layers of SmolLM2's shapes, 1 thread). Slow to compile
-  (every layer is its own code).
+  matmul than aten's at batch 1 (30 layers of SmolLM2's shapes, 1 thread); SmolLM2 bf16+int8
+  decode 1.11-1.4x less CPU per token than eager (benchmarks/decode_compile.py, 1 thread,
+  shared machine). Slow to compile: 172-317 s on a loaded 2-core machine (every layer is its
+  own code); inductor's on-disk cache makes a second start faster.
 - ``"layers"`` (regional compilation): one decoder layer is compiled and the same graph serves
   every layer (parameters are graph inputs, so the 30 layers of SmolLM2 share it). Compiles in
-  ~18 s for SmolLM2 instead of minutes, fuses the elementwise ops, but the int8 matmuls stay
-  aten's (0.96-1.16x eager's CPU per token, 1 thread). Embedding, the final norm and the LM
-  head stay eager.
+  18-37 s for SmolLM2 instead of minutes, fuses the elementwise ops, but the int8 matmuls stay
+  aten's and 30 guarded calls per step cost what the fusion saves: 0.78-1.16x eager's CPU per
+  token (1 thread) - kept for fp32/bf16 models without int8, not faster for Blink's best config.
+  Embedding, the final norm and the LM head stay eager.
+
+In bf16 the fused kernels (and the int8 micro-GEMM's summation order) may round differently
+from eager, so on a random SmolLM2-sized model greedy tokens can part from eager's at a near
+tie; fp32 "layers" and the tiny-model tests are token-for-token equal.
 
 Shapes: batch and context width are dynamic; torch specialises size 1, so batch 1 gets its own
 graph (the latency-critical one) and the block-table width is padded to at least two blocks.

@@ -1,0 +1,89 @@
+"""Batch-1 decode: eager vs ``EngineConfig.compile`` modes, side by side in one run.
+
+Same random checkpoint (SmolLM2-135M's shape), bf16 activations + int8 weight-only linears
+(``int8-dense-prefill``, Blink's best CPU config). Each engine is built once (compile time
+printed), then the engines decode the same greedy request in turn, ``--reps`` rounds, so the
+machine's drift hits all of them alike. Prints wall tokens/s and process CPU ms per token
+(CPU time is steadier than wall time on a shared machine) with each mode's ratio to eager,
+and whether its tokens equal eager's (bf16: fused kernels may round differently, see
+blink/engine/compiled_decode.py).
+
+    python benchmarks/decode_compile.py --threads 2 [--modes layers,frozen] [--tokens 64 --reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_cpu import build, rand_prompt  # noqa: E402
+
+from blink.engine.config import EngineConfig  # noqa: E402
+from blink.engine.llm_engine import LLMEngine  # noqa: E402
+from blink.engine.sampling_params import SamplingParams  # noqa: E402
+
+
+def decode(engine: LLMEngine, tokens: int, seed: int) -> tuple[float, float, list[int]]:
+    """(tokens/s, CPU ms per token, token ids) after the first token (prefill excluded)."""
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    engine.add_request(f"r{time.perf_counter_ns()}", rand_prompt(32, seed), params)
+    out: list[int] = []
+    wall0 = cpu0 = 0.0
+    while engine.has_unfinished():
+        for o in engine.step():
+            if not out and o.new_token_ids:
+                wall0, cpu0 = time.perf_counter(), time.process_time()
+            out += o.new_token_ids
+    n = len(out) - 1
+    return n / (time.perf_counter() - wall0), (time.process_time() - cpu0) / n * 1000, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--modes", default="layers,frozen", help="compile modes to compare with eager")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--quantization", default="int8-dense-prefill")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build("smollm2-135m", Path(tmp), "bfloat16")
+        engines: dict[str, LLMEngine] = {}
+        for mode in ["eager", *filter(None, args.modes.split(","))]:
+            cfg = EngineConfig(model=str(path), dtype="bfloat16", threads=args.threads, max_model_len=2048,
+                               kv_cache_memory_bytes=1 << 28, enable_prefix_caching=False,
+                               quantization=args.quantization, compile=mode != "eager",
+                               compile_mode=mode if mode != "eager" else "frozen")
+            engines[mode] = LLMEngine(cfg, path)
+            print(f"{mode:8s} built, compile {engines[mode].runner.compile_seconds:6.1f} s", flush=True)
+            decode(engines[mode], 4, 1)  # warm
+        rate: dict[str, list[float]] = {m: [] for m in engines}
+        cpu: dict[str, list[float]] = {m: [] for m in engines}
+        same: dict[str, bool] = dict.fromkeys(engines, True)
+        for rep in range(args.reps):
+            ref: list[int] = []
+            for mode, engine in engines.items():
+                r, c, toks = decode(engine, args.tokens, 5 + rep)
+                rate[mode].append(r)
+                cpu[mode].append(c)
+                ref = ref or toks
+                same[mode] &= toks == ref
+    base_r, base_c = statistics.median(rate["eager"]), statistics.median(cpu["eager"])
+    print(f"\nbatch-1 decode, SmolLM2-135M shape, bf16 + {args.quantization}, {args.threads} threads, "
+          f"{args.tokens} tokens x {args.reps} alternating rounds (medians)")
+    print(f"{'mode':8s} {'tok/s':>8s} {'vs eager':>9s} {'CPU ms/tok':>11s} {'vs eager':>9s}  tokens = eager's")
+    for mode in engines:
+        r, c = statistics.median(rate[mode]), statistics.median(cpu[mode])
+        print(f"{mode:8s} {r:8.1f} {r / base_r:8.2f}x {c:11.2f} {base_c / c:8.2f}x  {same[mode]}")
+
+
+if __name__ == "__main__":
+    main()
