@@ -114,3 +114,24 @@ def test_dense_prefill_keeps_prefill_logits_exact(tiny_llama: Path) -> None:
     assert torch.equal(_all_logits(full, prompt), _all_logits(mixed, prompt))
     one = [RunSpan("d", [5], 64, list(range(0, 5)))]
     assert not torch.equal(full.execute_spans(one), mixed.execute_spans(one))
+
+
+def test_packed_dense_serves_many_row_calls_bit_identically_and_int8_serves_few() -> None:
+    """int8-dense-prefill on the bf16 CPU path: from DENSE_MIN_ROWS rows on, the pre-packed dense
+    weight gives exactly what F.linear on the dense weight gives; fewer rows use the int8 kernel."""
+    from blink.engine.layers.linear_int8 import DENSE_MIN_ROWS
+    from blink.engine.layers.packed_linear import cpu_bf16_packing_supported
+
+    torch.manual_seed(0)
+    w, b = (torch.randn(96, 64) * 0.1).bfloat16(), torch.randn(96).bfloat16()
+    layer = Int8Linear(w, b, keep_dense=True)
+    if not cpu_bf16_packing_supported(w):
+        assert not layer.prepack() and layer.packed_dense is None
+        return
+    assert layer.prepack() and layer.packed_dense is not None
+    many = torch.randn(DENSE_MIN_ROWS, 64).bfloat16()
+    assert torch.equal(layer(many), torch.nn.functional.linear(many, w, b))
+    few = torch.randn(DENSE_MIN_ROWS - 1, 64).bfloat16()
+    int8_only = Int8Linear(w, b)  # no dense weight: always the int8 kernel
+    assert torch.equal(layer(few), int8_only(few))
+    assert not Int8Linear(w, b).prepack()  # nothing to pack without a kept dense weight

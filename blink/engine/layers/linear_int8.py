@@ -14,16 +14,19 @@ import torch
 from torch import nn
 
 from blink.engine.errors import EngineError
+from blink.engine.layers.packed_linear import cpu_bf16_packing_supported, pack_weight, packed_linear
 
 # Symmetric int8 range: +-127 keeps zero exact and the range symmetric (-128 is never used).
 _INT8_MAX = 127.0
 # The CPU kernel reads K in 16-element vectors: other widths returned NaN or crashed (torch
 # 2.13), so K is zero-padded to a multiple of 16 (all Llama-family widths already are).
 _K_MULTIPLE = 16
-# From this many rows on (prefill chunks, large batches) a matmul is compute bound, and the
-# AMX bf16 GEMM beats the int8-weight kernel (SmolLM2 shape, 256-token prefill: 0.66x TTFT with
-# int8 everywhere, measured on this CPU), so such calls use the full-precision weight when kept.
-DENSE_MIN_ROWS = 32
+# From this many rows on (prefill chunks, batches of 4+ decodes) the oneDNN bf16 GEMM on the
+# pre-packed dense weight beats the int8-weight kernel, so such calls use the full-precision
+# weight when kept. Measured here (AVX512-BF16, 2 threads, SmolLM2's 120 linears per step, cold
+# weights): int8 vs packed bf16 10.9 vs 14.3 ms at 1 row, 12.5 vs 15.1 at 2, 14.8 vs 11.5 at 4,
+# 34.8 vs 15.9 at 16.
+DENSE_MIN_ROWS = 4
 # "int8": int8 weights only; "int8-dense-prefill": also keeps the loaded weights for prefill.
 QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill")
 
@@ -61,11 +64,23 @@ class Int8Linear(nn.Module):
         # The kernel wants the scales in the activation dtype; bf16 is what the matmul runs in.
         self.register_buffer("scales", scales.to(torch.bfloat16))
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+        # oneDNN-packed copy of ``dense`` (packed_linear.py), set by ``prepack``.
+        self.packed_dense: torch.Tensor | None = None
+
+    def prepack(self) -> bool:
+        """Pack the kept dense weight for the many-row calls; False without one (or off bf16 CPU)."""
+        if self.dense is None or not cpu_bf16_packing_supported(self.dense):
+            return False
+        self.packed_dense = pack_weight(self.dense)
+        return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         if self.dense is not None and x.numel() >= DENSE_MIN_ROWS * self.in_features:
-            y = torch.nn.functional.linear(x, self.dense, self.bias)
+            if not torch.compiler.is_compiling() and self.packed_dense is not None:
+                y = packed_linear(x, self.packed_dense, self.bias)
+            else:
+                y = torch.nn.functional.linear(x, self.dense, self.bias)
             return y.float() if self.float_output else y
         x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
         if self._pad:
