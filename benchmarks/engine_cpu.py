@@ -94,16 +94,7 @@ def blink_figures(path: Path, dtype: str, threads: int, lengths: list[int], deco
             if first is None:
                 first = time.perf_counter()
     decode = (got - 1) / (time.perf_counter() - (first or t0))
-    # 16 concurrent streams.
-    params = SamplingParams(max_tokens=stream_tokens, temperature=0.0, ignore_eos=True)
-    t0 = time.perf_counter()
-    for i in range(streams):
-        eng.add_request(f"s{i}", rand_prompt(32, 7000 + i), params)
-    total = 0
-    while eng.has_unfinished():
-        for o in eng.step():
-            total += len(o.new_token_ids)
-    agg = total / (time.perf_counter() - t0)
+    agg = streams_tok_s(eng, streams, stream_tokens, "")  # 16 concurrent streams
     del eng
     # Cached prefix: a 1024-token prefix seen before, 16 new tokens after it.
     eng = LLMEngine(EngineConfig(**cfg, enable_prefix_caching=True), path)  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from blink.engine.layers.packed_linear import cpu_bf16_packing_supported, pack_weight, packed_linear
+from blink.engine.layers.packed_linear import packed_copy, packed_linear
 
 
 class VocabEmbedding(nn.Module):
@@ -42,10 +42,8 @@ class LMHead(nn.Module):
 
     def prepack(self) -> bool:
         """Pack the loaded (or tied) weight once; False where packing does not apply."""
-        if not cpu_bf16_packing_supported(self.weight):
-            return False
-        self.packed_weight = pack_weight(self.weight)
-        return True
+        self.packed_weight = packed_copy(self.weight)
+        return self.packed_weight is not None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_compiling() and self.packed_weight is not None:

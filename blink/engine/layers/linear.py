@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from blink.engine.layers.packed_linear import cpu_bf16_packing_supported, pack_weight, packed_linear
+from blink.engine.layers.packed_linear import packed_copy, packed_linear
 
 
 class Linear(nn.Module):
@@ -33,10 +33,8 @@ class Linear(nn.Module):
 
     def prepack(self) -> bool:
         """Pack the loaded weight once; False where packing does not apply (fp32, non-CPU)."""
-        if not cpu_bf16_packing_supported(self.weight):
-            return False
-        self.packed_weight = pack_weight(self.weight)
-        return True
+        self.packed_weight = packed_copy(self.weight)
+        return self.packed_weight is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Checked first: under torch.compile the packed tensor must never be touched.

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from blink.engine.errors import EngineError
-from blink.engine.layers.packed_linear import cpu_bf16_packing_supported, pack_weight, packed_linear
+from blink.engine.layers.packed_linear import packed_copy, packed_linear
 
 # Symmetric int8 range: +-127 keeps zero exact and the range symmetric (-128 is never used).
 _INT8_MAX = 127.0
@@ -69,10 +69,8 @@ class Int8Linear(nn.Module):
 
     def prepack(self) -> bool:
         """Pack the kept dense weight for the many-row calls; False without one (or off bf16 CPU)."""
-        if self.dense is None or not cpu_bf16_packing_supported(self.dense):
-            return False
-        self.packed_dense = pack_weight(self.dense)
-        return True
+        self.packed_dense = None if self.dense is None else packed_copy(self.dense)
+        return self.packed_dense is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]

@@ -38,6 +38,11 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous())
 
 
+def packed_copy(weight: torch.Tensor) -> torch.Tensor | None:
+    """:func:`pack_weight` where packing applies (bf16 on a oneDNN-bf16 CPU), else None."""
+    return pack_weight(weight) if cpu_bf16_packing_supported(weight) else None
+
+
 def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``x W^T (+ b)`` with ``W`` from :func:`pack_weight`; any leading shape of ``x``."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
