@@ -41,6 +41,7 @@ from torch import nn
 
 from blink.engine.errors import EngineError
 from blink.engine.layers.attention import AttentionMetadata
+from blink.engine.layers.linear_int8 import DENSE_MIN_ROWS
 from blink.engine.models.registry import CausalLM
 
 # Block-table width below which tables are padded: 1 would be specialised into its own graph.
@@ -141,7 +142,10 @@ class CompiledDecode:
         Block 0 holds no sequence yet; whatever lands there is overwritten before any sequence
         reads it (a slot is always written in the step that first attends to it).
         """
-        for batch in (1, 2):
+        # 1 is specialised into its own graph; from DENSE_MIN_ROWS rows on, int8-dense-prefill
+        # layers take their dense branch, another graph: compiling it here spares the first
+        # batch of that size a recompile (SmolLM2: ~1 min, during which 16 streams stalled).
+        for batch in (1, 2, DENSE_MIN_ROWS):
             ids = torch.zeros(batch, dtype=torch.long, device=device)
             positions = torch.arange(batch, device=device)
             tables = torch.zeros(batch, _MIN_TABLE_WIDTH, dtype=torch.long, device=device)
