@@ -77,6 +77,13 @@ def _decode_layer(
     return cast(tuple[torch.Tensor, torch.Tensor], layer(hidden, residual, cos, sin, meta))
 
 
+# Largest decode batch + 1 the graph serves. From DENSE_MIN_ROWS rows on a step is GEMM bound and
+# the eager path's pre-packed oneDNN GEMMs win (quiet run, SmolLM2 shape, 2 threads, 16 streams:
+# eager 305 tok/s vs compiled 265), and int8-dense-prefill's dense branch would be one more graph
+# to compile (~1 min on SmolLM2). Small batches, the latency-critical ones, keep the graph.
+MAX_BATCH = DENSE_MIN_ROWS
+
+
 class CompiledDecode:
     """Callable ``(input_ids, positions, slot_mapping, block_tables, mask) -> float32 logits``."""
 
@@ -112,6 +119,11 @@ class CompiledDecode:
         )
         return self.model.compute_logits(self.model(input_ids, positions, meta))
 
+    @staticmethod
+    def serves(batch: int) -> bool:
+        """Whether a decode-only step of ``batch`` sequences should run through the graph."""
+        return batch < MAX_BATCH
+
     def __call__(
         self,
         input_ids: torch.Tensor,
@@ -142,10 +154,7 @@ class CompiledDecode:
         Block 0 holds no sequence yet; whatever lands there is overwritten before any sequence
         reads it (a slot is always written in the step that first attends to it).
         """
-        # 1 is specialised into its own graph; from DENSE_MIN_ROWS rows on, int8-dense-prefill
-        # layers take their dense branch, another graph: compiling it here spares the first
-        # batch of that size a recompile (SmolLM2: ~1 min, during which 16 streams stalled).
-        for batch in (1, 2, DENSE_MIN_ROWS):
+        for batch in (1, 2):  # 1 is specialised into its own graph; 2 covers 2..MAX_BATCH-1
             ids = torch.zeros(batch, dtype=torch.long, device=device)
             positions = torch.arange(batch, device=device)
             tables = torch.zeros(batch, _MIN_TABLE_WIDTH, dtype=torch.long, device=device)

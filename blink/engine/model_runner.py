@@ -155,9 +155,10 @@ class ModelRunner:
         for span in spans:
             self._check(span)
         input_ids, positions, meta, logits_rows = self._prepare(spans)
-        if self._decode_graph is not None and meta.num_decode == len(spans) == input_ids.shape[0]:
+        graph = self._decode_graph
+        if graph is not None and meta.num_decode == len(spans) == input_ids.shape[0] and graph.serves(len(spans)):
             tables, mask = cast(torch.Tensor, meta.decode_block_tables), cast(torch.Tensor, meta.decode_mask)
-            return self._decode_graph(input_ids, positions, meta.slot_mapping, tables, mask)
+            return graph(input_ids, positions, meta.slot_mapping, tables, mask)
         hidden = self.model(input_ids, positions, meta)
         return self.model.compute_logits(hidden[logits_rows])
 
