@@ -16,10 +16,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard
+from blink.backends.base import Backend, Delta, GenerationRequest
+from blink.backends.wrapping import WrappingBackend
 
 
-class HeadStart:
+class HeadStart(WrappingBackend):
     """One request's already-started backend stream, handed on as a ``Backend``.
 
     The first delta is fetched by a task (so it runs while the lookup awaits the embedder); the
@@ -27,8 +28,7 @@ class HeadStart:
     """
 
     def __init__(self, backend: Backend, req: GenerationRequest) -> None:
-        self.inner = backend
-        self.name = backend.name  # backends name themselves once, at construction
+        super().__init__(backend)
         self._req = req
         self._it = backend.stream(req)
         self._first: asyncio.Task[Delta] = asyncio.ensure_future(anext(self._it))  # type: ignore[arg-type]
@@ -61,19 +61,3 @@ class HeadStart:
         await asyncio.gather(self._first, return_exceptions=True)
         with contextlib.suppress(Exception):
             await self._it.aclose()  # type: ignore[attr-defined]
-
-    # The rest of ``Backend``: the wrapped backend's.
-    def models(self) -> list[ModelCard]:
-        return self.inner.models()
-
-    async def health(self) -> Health:
-        return await self.inner.health()
-
-    def load(self) -> Load:
-        return self.inner.load()
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def aclose(self) -> None:
-        return None  # the wrapped backend belongs to the registry, which closes it

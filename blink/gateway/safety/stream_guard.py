@@ -12,7 +12,8 @@ import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard
+from blink.backends.base import Backend, Delta, GenerationRequest
+from blink.backends.wrapping import WrappingBackend
 from blink.gateway.safety.errors import ContentFilteredError
 from blink.gateway.safety.pipeline import SafetyPipeline
 from blink.gateway.safety.texts import input_text
@@ -31,26 +32,13 @@ class _Choice:
     ended: bool = False
 
 
-class GuardedBackend:
+class GuardedBackend(WrappingBackend):
     """Wraps one backend for one blocking-mode request (made per request; never started itself)."""
 
     def __init__(self, inner: Backend, pipeline: SafetyPipeline, on_flag: Callable[[set[str]], None]) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self._pipeline = pipeline
         self._on_flag = on_flag
-
-    def models(self) -> list[ModelCard]:
-        return self.inner.models()
-
-    async def health(self) -> Health:
-        return await self.inner.health()
-
-    def load(self) -> Load:
-        return self.inner.load()
-
-    async def start(self) -> None:
-        await self.inner.start()
 
     async def aclose(self) -> None:
         await self.inner.aclose()
