@@ -26,6 +26,9 @@ from blink.protocol.errors import AuthenticationError, BlinkError, PermissionDen
 PRINCIPAL_STATE_KEY = "blink_principal"
 # 24 random bytes = 192 bits: unguessable, and short enough to paste.
 _SECRET_BYTES = 24
+# Live keys a store remembers (ApiKeyStore._live); past it the memory starts over. Far above the
+# keys one gateway serves; bounds what a stream of distinct valid keys could pin.
+_MAX_LIVE_KEYS = 10_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -79,6 +82,13 @@ class ApiKeyStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
         self._lock = threading.Lock()
+        # Live keys already looked up, by the presented secret (in this process's memory only).
+        # Valid while the file's ``data_version`` stands: SQLite changes it whenever another
+        # connection (the CLI, another server) commits, so a revocation is seen on the next
+        # request; this connection's own writes clear it. A hit costs one PRAGMA read instead of
+        # a SHA-256 and an indexed SELECT (~4 vs ~14 us alone, more on the loaded request path).
+        self._live: dict[str, ApiKey] = {}
+        self._version = -1
 
     def create(
         self, tenant: str, models: list[str] | None = None, requests_per_minute: int = 0, tokens_per_minute: int = 0
@@ -98,14 +108,25 @@ class ApiKeyStore:
     def lookup(self, secret: str) -> ApiKey | None:
         """The live key for ``secret``, or None (unknown or revoked)."""
         with self._lock:
+            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            if version != self._version:
+                self._live.clear()
+                self._version = version
+            key = self._live.get(secret)
+            if key is not None:
+                return key
             row = self._db.execute(
                 "SELECT key_id, tenant, models, requests_per_minute, tokens_per_minute, created_at, revoked_at "
                 "FROM api_keys WHERE key_hash = ?",
                 (hash_key(secret),),
             ).fetchone()
-        if row is None or row[6] is not None:
-            return None
-        return _from_row(row)
+            if row is None or row[6] is not None:
+                return None
+            key = _from_row(row)
+            if len(self._live) >= _MAX_LIVE_KEYS:
+                self._live.clear()
+            self._live[secret] = key
+        return key
 
     async def alookup(self, secret: str) -> ApiKey | None:
         return self.lookup(secret)  # a local indexed read: microseconds, fine on the event loop
@@ -123,6 +144,7 @@ class ApiKeyStore:
             cur = self._db.execute(
                 "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL", (time.time(), key_id)
             )
+            self._live.clear()
         return cur.rowcount > 0
 
     def close(self) -> None:

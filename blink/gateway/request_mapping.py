@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Mapping
+from random import getrandbits
 from typing import Any
 
 from blink.backends.base import GenerationRequest, SamplingOptions
@@ -27,7 +27,7 @@ def chat_request(
     options.logprobs = body.logprobs
     options.top_logprobs = body.top_logprobs or 0
     return GenerationRequest(
-        request_id=f"chatcmpl-{uuid.uuid4().hex}",
+        request_id=f"chatcmpl-{_hex_id()}",
         model=model,
         kind="chat",
         options=options,
@@ -58,7 +58,7 @@ def completion_request(
         options.logprobs = True
         options.top_logprobs = body.logprobs
     return GenerationRequest(
-        request_id=f"cmpl-{uuid.uuid4().hex}",
+        request_id=f"cmpl-{_hex_id()}",
         model=model,
         kind="completion",
         options=options,
@@ -135,3 +135,10 @@ def _options(body: SamplingFields, max_tokens: int | None, max_param: str, limit
 
 def _deadline(timeout_s: float | None) -> float | None:
     return None if timeout_s is None else time.monotonic() + timeout_s
+
+
+def _hex_id() -> str:
+    """32 random hex digits, like ``uuid4().hex``: request ids need uniqueness, not secrecy, and
+    the process's Mersenne Twister (seeded from the OS, reseeded after a fork) gives it without
+    uuid4's ``os.urandom`` system call and UUID object (~0.5 vs ~3 us alone)."""
+    return f"{getrandbits(128):032x}"

@@ -91,3 +91,19 @@ def test_keys_are_stored_hashed(keys_db: Path) -> None:
     assert secret.startswith(f"bk-{key.key_id}-")
     assert secret.encode() not in keys_db.read_bytes()
     assert store.lookup(secret) is not None and store.lookup(secret + "x") is None
+
+
+def test_remembered_keys_follow_writes_from_any_connection(tmp_path: Path) -> None:
+    """A server's store remembers live keys; a revocation by another connection (the CLI) or by
+    itself, and a new key, are seen on the very next lookup."""
+    server, cli = ApiKeyStore(tmp_path / "k.db"), ApiKeyStore(tmp_path / "k.db")
+    key, secret = cli.create("acme")
+    first = server.lookup(secret)
+    assert first is not None and first.tenant == "acme"
+    assert server.lookup(secret) is first  # remembered: no second SELECT
+    assert cli.revoke(key.key_id)
+    assert server.lookup(secret) is None
+    other, other_secret = cli.create("beta")
+    assert (found := server.lookup(other_secret)) is not None and found.key_id == other.key_id
+    assert server.revoke(other.key_id)
+    assert server.lookup(other_secret) is None
