@@ -9,6 +9,7 @@ pkgs+=(prometheus)   # scrape test: a real Prometheus querying /metrics
 pkgs+=(espeak-ng)     # voice: the TTS stage and the tests' synthesised speech
 pkgs+=(libportaudio2) # voice: PortAudio for `blink voice --mic` (its no-microphone test runs the real library)
 pkgs+=(redis-server) # rate limits shared by two gateway processes (tests/servers.py starts it)
+pkgs+=(g++ ninja-build) # engine: builds the AVX-512 int8 GEMV extension (blink/engine/kernels)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ "${#missing[@]}" -eq 0 ]; then

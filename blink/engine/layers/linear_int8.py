@@ -5,7 +5,9 @@ in one byte instead of two or four cuts the bytes per step by 2-4x. Weights get 
 scale per output channel (row); activations stay in bf16, so no calibration data is needed.
 The matmul is PyTorch's ``_weight_int8pack_mm`` (int8 weights, bf16 activations): measured on
 this CPU for SmolLM2's 49152x576 LM head at batch 1 it took 2.2 ms against 5.3 ms for bf16 and
-9.9 ms for fp32 ``F.linear`` (2 threads, shared machine).
+9.9 ms for fp32 ``F.linear`` (2 threads, shared machine). At 1-3 rows (decode) our own AVX-512
+kernel ``blink::int8_gemv`` (kernels/int8_gemv.py) replaces it where it builds: same result up to
+fp32 summation order, faster at streaming the weights.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import torch
 from torch import nn
 
 from blink.engine.errors import EngineError
+from blink.engine.kernels.int8_gemv import MAX_ROWS as GEMV_MAX_ROWS
+from blink.engine.kernels.int8_gemv import int8_gemv_available
 from blink.engine.layers.packed_linear import packed_copy, packed_linear
 
 # Symmetric int8 range: +-127 keeps zero exact and the range symmetric (-128 is never used).
@@ -49,8 +53,11 @@ class Int8Linear(nn.Module):
         bias: torch.Tensor | None,
         float_output: bool = False,
         keep_dense: bool = False,
+        gemv: bool = False,
     ) -> None:
         super().__init__()
+        # Calls of 1-GEMV_MAX_ROWS rows use blink::int8_gemv (the caller checked it is built).
+        self.gemv = gemv
         # Full-precision weight for many-row calls (see DENSE_MIN_ROWS); costs its memory.
         self.dense = weight.detach() if keep_dense else None
         q, scales = quantize_per_channel(weight)
@@ -83,7 +90,10 @@ class Int8Linear(nn.Module):
         x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
         if self._pad:
             x2 = torch.nn.functional.pad(x2, (0, self._pad))
-        y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
+        if self.gemv and x2.shape[0] <= GEMV_MAX_ROWS:
+            y = torch.ops.blink.int8_gemv(x2, self.qweight, self.scales)
+        else:
+            y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
         y = y.to(torch.float32 if self.float_output else x.dtype)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
@@ -94,7 +104,8 @@ def quantize_model(model: nn.Module, mode: str) -> int:
     """Swap every module that declares ``quantizable_linear`` for an :class:`Int8Linear`.
 
     Returns how many were replaced. ``"none"`` leaves the model as loaded. A tied LM head gets
-    its own int8 copy while the embedding lookup keeps the full-precision table.
+    its own int8 copy while the embedding lookup keeps the full-precision table. On CPU the
+    decode-row kernel is built here (engine start, before warm-up) when the machine supports it.
     """
     if mode not in QUANTIZATION_MODES:
         raise EngineError(f"unknown quantization {mode!r}; expected one of {', '.join(QUANTIZATION_MODES)}")
@@ -105,6 +116,7 @@ def quantize_model(model: nn.Module, mode: str) -> int:
         for name, module in model.named_modules()
         if getattr(module, "quantizable_linear", False) and name
     ]
+    gemv = bool(targets) and targets[0][1].weight.device.type == "cpu" and int8_gemv_available()  # type: ignore[union-attr]
     for name, module in targets:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
@@ -115,6 +127,7 @@ def quantize_model(model: nn.Module, mode: str) -> int:
             bias,
             float_output=bool(getattr(module, "float_output", False)),
             keep_dense=mode == "int8-dense-prefill",
+            gemv=gemv,
         )
         setattr(parent, attr, replacement.to(weight.device))  # type: ignore[union-attr]
     return len(targets)
