@@ -26,3 +26,15 @@ def tune_gc() -> None:
     gc.freeze()
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(GEN0_THRESHOLD, gen1, gen2)
+
+
+def freeze_loaded() -> None:
+    """Call after a start-up load that happens once serving has begun (the cache's entries load in
+    the app's lifespan, after ``tune_gc``): those objects live as long as the process too. A
+    100k-entry cache is ~400k tracked objects, and one full collection walking them took 77 ms
+    (measured: SQLiteCacheStore with 100,369 entries; 0.0 ms once frozen), a pause that would
+    land in whichever requests were in flight. A no-op unless ``tune_gc`` froze the process
+    already (the serving process), so tests and CLI tools keep CPython's default collector."""
+    if gc.get_freeze_count():
+        gc.collect()
+        gc.freeze()

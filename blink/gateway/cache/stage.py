@@ -20,6 +20,7 @@ from blink.config import CacheSettings
 from blink.gateway.cache import keys
 from blink.gateway.cache.entry import CachedChoice, CachedResponse
 from blink.gateway.cache.store import CacheStore
+from blink.gateway.gc_tuning import freeze_loaded
 
 log = logging.getLogger("blink.cache")
 
@@ -84,6 +85,7 @@ class ResponseCache:
 
     async def start(self) -> None:
         await self.store.start()
+        freeze_loaded()  # the loaded entries outlive every request: keep full collections off them
 
     async def aclose(self) -> None:
         if self._pending:
