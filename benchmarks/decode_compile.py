@@ -9,11 +9,15 @@ and whether its tokens equal eager's (bf16: fused kernels may round differently,
 blink/engine/compiled_decode.py).
 
     python benchmarks/decode_compile.py --threads 2 [--modes layers,frozen] [--tokens 64 --reps 3]
+
+``--ab-kernel`` builds each mode twice, with aten's ``_weight_int8pack_mm`` (``<mode>-aten``,
+``BLINK_INT8_KERNEL=aten``) and with ``blink::int8_gemv``, and prints ratios to ``eager-aten``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -52,19 +56,26 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quantization", default="int8-dense-prefill")
+    ap.add_argument("--ab-kernel", action="store_true", help="each mode with aten's int8 kernel and with ours")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         path = build("smollm2-135m", Path(tmp), "bfloat16")
         engines: dict[str, LLMEngine] = {}
-        for mode in ["eager", *filter(None, args.modes.split(","))]:
+        modes = ["eager", *filter(None, args.modes.split(","))]
+        if args.ab_kernel:
+            modes = [v for m in modes for v in (f"{m}-aten", m)]
+        for name in modes:
+            mode = name.removesuffix("-aten")
+            # Read when the model is quantized (engine build); the kernel is built once per process.
+            os.environ["BLINK_INT8_KERNEL"] = "aten" if name.endswith("-aten") else "blink"
             cfg = EngineConfig(model=str(path), dtype="bfloat16", threads=args.threads, max_model_len=2048,
                                kv_cache_memory_bytes=1 << 28, enable_prefix_caching=False,
                                quantization=args.quantization, compile=mode != "eager",
                                compile_mode=mode if mode != "eager" else "frozen")
-            engines[mode] = LLMEngine(cfg, path)
-            print(f"{mode:8s} built, compile {engines[mode].runner.compile_seconds:6.1f} s", flush=True)
-            decode(engines[mode], 4, 1)  # warm
+            engines[name] = LLMEngine(cfg, path)
+            print(f"{name:12s} built, compile {engines[name].runner.compile_seconds:6.1f} s", flush=True)
+            decode(engines[name], 4, 1)  # warm
         rate: dict[str, list[float]] = {m: [] for m in engines}
         cpu: dict[str, list[float]] = {m: [] for m in engines}
         same: dict[str, bool] = dict.fromkeys(engines, True)
@@ -76,13 +87,15 @@ def main() -> None:
                 cpu[mode].append(c)
                 ref = ref or toks
                 same[mode] &= toks == ref
-    base_r, base_c = statistics.median(rate["eager"]), statistics.median(cpu["eager"])
+    base = next(iter(engines))
+    base_r, base_c = statistics.median(rate[base]), statistics.median(cpu[base])
     print(f"\nbatch-1 decode, SmolLM2-135M shape, bf16 + {args.quantization}, {args.threads} threads, "
           f"{args.tokens} tokens x {args.reps} alternating rounds (medians)")
-    print(f"{'mode':8s} {'tok/s':>8s} {'vs eager':>9s} {'CPU ms/tok':>11s} {'vs eager':>9s}  tokens = eager's")
+    vs = f"vs {base}"
+    print(f"{'mode':12s} {'tok/s':>8s} {vs:>12s} {'CPU ms/tok':>11s} {vs:>12s}  tokens = {base}'s")
     for mode in engines:
         r, c = statistics.median(rate[mode]), statistics.median(cpu[mode])
-        print(f"{mode:8s} {r:8.1f} {r / base_r:8.2f}x {c:11.2f} {base_c / c:8.2f}x  {same[mode]}")
+        print(f"{mode:12s} {r:8.1f} {r / base_r:11.2f}x {c:11.2f} {base_c / c:11.2f}x  {same[mode]}")
 
 
 if __name__ == "__main__":
