@@ -12,7 +12,9 @@ Two modes (``EngineConfig.compile_mode``):
   own prepacked C++ micro-GEMM (autotuned against the aten kernel): 1.6-2.2x less CPU per int8
   matmul than aten's at batch 1 (30 layers of SmolLM2's shapes, 1 thread); SmolLM2 bf16+int8
   decode 1.11-1.4x less CPU per token than eager (benchmarks/decode_compile.py, 1 thread,
-  shared machine). Slow to compile: 172-317 s on a loaded 2-core machine (every layer is its
+  shared machine). Where our AVX-512 ``blink::int8_gemv`` is built (kernels/int8_gemv.py) the
+  1-3-row int8 matmuls call it instead, as an opaque extern op: frozen decode 20.3 vs 33.9 CPU
+  ms per token with inductor's micro-GEMM (``decode_compile.py --ab-kernel``, 1 thread, loaded). Slow to compile: 172-317 s on a loaded 2-core machine (every layer is its
   own code); inductor's on-disk cache makes a second start faster.
 - ``"layers"`` (regional compilation): one decoder layer is compiled and the same graph serves
   every layer (parameters are graph inputs, so the 30 layers of SmolLM2 share it). Compiles in
