@@ -175,6 +175,8 @@ def run(settings: Settings) -> None:
     """Serve until interrupted (uvicorn with uvloop and httptools)."""
     import uvicorn
 
+    from blink.gateway.http_protocol import CoalescingHttpToolsProtocol
+
     logging.basicConfig(level=settings.server.log_level.upper() if settings.server.log_level != "trace" else "DEBUG")
     app = build_app(settings)
     tune_gc()  # the process-wide GC settings (gc_tuning.py says why and what they save)
@@ -183,7 +185,7 @@ def run(settings: Settings) -> None:
         host=settings.server.host,
         port=settings.server.port,
         loop="uvloop",
-        http="httptools",
+        http=CoalescingHttpToolsProtocol,  # httptools; a response's head goes out with its first bytes
         log_level=settings.server.log_level,
         access_log=settings.server.log_level in ("debug", "trace"),
         timeout_graceful_shutdown=5,

@@ -12,9 +12,9 @@ import uvicorn
 
 
 class LiveServer:
-    def __init__(self, app: Any, lifespan: str = "on") -> None:
+    def __init__(self, app: Any, lifespan: str = "on", http: Any = "httptools") -> None:
         self._config = uvicorn.Config(
-            app, loop="uvloop", http="httptools", lifespan=lifespan, log_level="warning", access_log=False
+            app, loop="uvloop", http=http, lifespan=lifespan, log_level="warning", access_log=False
         )
         self._server = uvicorn.Server(self._config)
         self._thread: threading.Thread | None = None

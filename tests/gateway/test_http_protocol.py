@@ -1,0 +1,112 @@
+"""CoalescingHttpToolsProtocol: a response's head leaves with its first body bytes, in one write."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from gateway_helpers import gateway_settings
+from live_server import LiveServer
+from upstream_server import FakeUpstream
+
+from blink.gateway.http_protocol import CoalescingHttpToolsProtocol
+from blink.serve import build_app
+
+REQUEST = b"GET /x HTTP/1.1\r\nhost: t\r\n\r\n"
+
+
+class HeldApp:
+    """Sends its head, then waits for ``release`` before the first body bytes."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        while not self.release.is_set():
+            await asyncio.sleep(0.005)
+        await send({"type": "http.response.body", "body": b"data: one\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"data: two\n\n", "more_body": False})
+
+
+class FailingApp:
+    """Starts a response, then raises before any body: uvicorn's own 500 replaces the held head."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        raise RuntimeError("boom")
+
+
+def _recv_until(sock: socket.socket, marker: bytes) -> bytes:
+    data = b""
+    while marker not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_the_head_waits_for_the_first_body_bytes_and_goes_with_them() -> None:
+    app = HeldApp()
+    live = LiveServer(app, lifespan="off", http=CoalescingHttpToolsProtocol)
+    with live as server, socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(REQUEST)
+        sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):  # the start was sent, but nothing is on the wire yet
+            sock.recv(65536)
+        app.release.set()
+        sock.settimeout(5)
+        first = sock.recv(65536)  # one write: head and first chunk arrive together
+        assert first.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-type: text/event-stream" in first
+        assert b"data: one" in first
+        rest = _recv_until(sock, b"0\r\n\r\n")
+        assert b"data: two" in first + rest
+
+
+def test_plain_responses_and_keep_alive_are_unchanged() -> None:
+    app = HeldApp()
+    app.release.set()
+    with LiveServer(app, lifespan="off", http=CoalescingHttpToolsProtocol) as server, httpx.Client(base_url=server.url) as client:
+        for _ in range(3):  # one keep-alive connection, several exchanges
+            r = client.get("/x")
+            assert r.status_code == 200 and r.text == "data: one\n\ndata: two\n\n"
+
+
+def test_an_app_that_fails_after_its_start_gets_uvicorns_500() -> None:
+    with LiveServer(FailingApp(), lifespan="off", http=CoalescingHttpToolsProtocol) as server:
+        assert httpx.get(f"{server.url}/x").status_code == 500
+
+
+def test_the_plain_protocol_writes_the_head_at_once() -> None:
+    """The contrast that makes the first test meaningful: uvicorn's own protocol sends the head early."""
+    app = HeldApp()
+    with LiveServer(app, lifespan="off", http="httptools") as server, socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(REQUEST)
+        sock.settimeout(5)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+        app.release.set()
+        assert b"data: two" in _recv_until(sock, b"0\r\n\r\n")
+
+
+
+def test_the_gateway_streams_and_fails_through_it(upstream: FakeUpstream) -> None:
+    """The whole gateway as ``blink serve`` runs it: a stream with the openai client, a JSON error."""
+    live = LiveServer(build_app(gateway_settings(upstream)), http=CoalescingHttpToolsProtocol)
+    with live as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        for _ in range(2):
+            stream = client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}],
+                                                    stream=True, max_tokens=8)  # fmt: skip
+            assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
