@@ -14,6 +14,7 @@ from gateway_helpers import gateway_settings
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
+from blink.config import CacheSettings, ExactCacheSettings
 from blink.gateway.http_protocol import CoalescingHttpToolsProtocol
 from blink.serve import build_app
 
@@ -110,3 +111,19 @@ def test_the_gateway_streams_and_fails_through_it(upstream: FakeUpstream) -> Non
             assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         with pytest.raises(openai.NotFoundError):
             client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_cache_replays_go_through_it(upstream: FakeUpstream) -> None:
+    """A miss fills, the same request replays from the cache: whole JSON and SSE alike."""
+    settings = gateway_settings(upstream)
+    settings.cache = CacheSettings(exact=ExactCacheSettings(enabled=True), store="memory")
+    with LiveServer(build_app(settings), http=CoalescingHttpToolsProtocol) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        ask = {"model": "fake", "messages": [{"role": "user", "content": "same"}], "temperature": 0, "max_tokens": 8}
+        first = client.chat.completions.with_raw_response.create(**ask)  # type: ignore[call-overload]
+        again = client.chat.completions.with_raw_response.create(**ask)  # type: ignore[call-overload]
+        assert again.headers["x-blink-cache"] == "exact"
+        assert again.parse().choices[0].message.content == first.parse().choices[0].message.content
+        streamed = client.chat.completions.create(**ask, stream=True)  # type: ignore[call-overload]
+        text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+        assert text == first.parse().choices[0].message.content
