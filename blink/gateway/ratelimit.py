@@ -22,6 +22,7 @@ from typing import TypeVar
 from limits import RateLimitItem, RateLimitItemPerMinute
 from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
+from limits.util import WindowStats
 
 from blink.config import RateLimitSettings
 from blink.gateway.ratelimit_window import LocalMovingWindow
@@ -33,6 +34,14 @@ T = TypeVar("T")
 
 # After a storage error the limiter decides without Redis for this long (one probe per second).
 _STORE_BACKOFF_S = 1.0
+# Limit sets remembered by (key, its limits, model); past it the memory starts over. Far above the
+# keys x models one gateway serves.
+_MAX_LIMIT_SETS = 10_000
+# The x-ratelimit-* header names per kind, encoded once.
+_HEADER_NAMES = {
+    kind: tuple(f"x-ratelimit-{what}-{kind}".encode() for what in ("limit", "remaining", "reset"))
+    for kind in ("requests", "tokens")
+}
 
 
 @dataclass(slots=True)
@@ -63,12 +72,15 @@ class RateLimiter:
         self._guarded = not settings.storage_uri.startswith(("memory", "async+memory"))
         self._down_until = 0.0
         # In-process counts use our own O(1) moving window (ratelimit_window.py says why).
+        self._local = None if self._guarded else LocalMovingWindow()
         self._limiter: MovingWindowRateLimiter | LocalMovingWindow = (
             MovingWindowRateLimiter(storage_from_string(_async_uri(settings.storage_uri)))
-            if self._guarded
-            else LocalMovingWindow()
+            if self._local is None
+            else self._local
         )
         self._pending: set[asyncio.Task[None]] = set()
+        # The limits that apply, by (key id, key rpm, key tpm, model): the same few every request.
+        self._limit_sets: dict[tuple[str, int, int, str], list[_Limit]] = {}
 
     def _limits(self, key_id: str, key_rpm: int, key_tpm: int, model: str) -> list[_Limit]:
         s = self.settings
@@ -88,12 +100,16 @@ class RateLimiter:
 
     async def admit(self, key_id: str, key_rpm: int, key_tpm: int, model: str) -> RateLimitTicket:
         """Count one request; raise 429 (with ``retry-after`` and ``x-ratelimit-*``) when over."""
-        limits = self._limits(key_id, key_rpm, key_tpm, model)
+        limits = self._limit_sets.get((key_id, key_rpm, key_tpm, model))
+        if limits is None:
+            if len(self._limit_sets) >= _MAX_LIMIT_SETS:
+                self._limit_sets.clear()
+            limits = self._limit_sets[(key_id, key_rpm, key_tpm, model)] = self._limits(key_id, key_rpm, key_tpm, model)
         ticket = RateLimitTicket(token_limits=[lim for lim in limits if lim.kind == "tokens"])
         if not limits:
             return ticket
-        if not self._guarded:
-            return await self._admit(limits, ticket)
+        if self._local is not None:
+            return await self._admit_local(self._local, limits, ticket)
         if time.monotonic() < self._down_until:
             return self._without_store(ticket)
         try:
@@ -137,6 +153,23 @@ class RateLimiter:
             ticket.headers += headers
         return ticket
 
+    async def _admit_local(self, window: LocalMovingWindow, limits: list[_Limit], ticket: RateLimitTicket) -> RateLimitTicket:
+        """``_admit`` on the in-process window: the same steps, with no coroutine per window call
+        (on every request's first-token path; a refusal takes the shared path)."""
+        if len(limits) > 1 or limits[0].kind != "requests":
+            for lim in limits:
+                if not window.test_now(lim.item, lim.ids):
+                    raise await self._refusal(lim)
+        for lim in limits:
+            if lim.kind == "requests" and not window.hit_now(lim.item, lim.ids):
+                raise await self._refusal(lim)
+        shown: dict[str, _Limit] = {}
+        for lim in limits:
+            shown.setdefault(lim.kind, lim)
+        for lim in shown.values():
+            ticket.headers += _header_values(lim, window.stats_now(lim.item, lim.ids))
+        return ticket
+
     async def _each(self, calls: Iterable[Awaitable[T]]) -> list[T]:
         """Remote storage: concurrently (one round trip of wall time); in-process: in turn (no tasks)."""
         if self._guarded:
@@ -171,13 +204,7 @@ class RateLimiter:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     async def _headers(self, lim: _Limit) -> list[tuple[bytes, bytes]]:
-        stats = await self._limiter.get_window_stats(lim.item, *lim.ids)
-        reset_s = max(0.0, stats.reset_time - time.time())
-        return [
-            (f"x-ratelimit-limit-{lim.kind}".encode(), str(lim.item.amount).encode()),
-            (f"x-ratelimit-remaining-{lim.kind}".encode(), str(max(0, stats.remaining)).encode()),
-            (f"x-ratelimit-reset-{lim.kind}".encode(), f"{reset_s:.3f}s".encode()),
-        ]
+        return _header_values(lim, await self._limiter.get_window_stats(lim.item, *lim.ids))
 
     async def _refusal(self, lim: _Limit) -> RateLimitError:
         headers = await self._headers(lim)
@@ -193,3 +220,13 @@ class RateLimiter:
 
     async def aclose(self) -> None:
         await self.drain()
+
+
+def _header_values(lim: _Limit, stats: WindowStats) -> list[tuple[bytes, bytes]]:
+    limit, remaining, reset = _HEADER_NAMES[lim.kind]
+    reset_s = max(0.0, stats.reset_time - time.time())
+    return [
+        (limit, str(lim.item.amount).encode()),
+        (remaining, str(max(0, stats.remaining)).encode()),
+        (reset, f"{reset_s:.3f}s".encode()),
+    ]
