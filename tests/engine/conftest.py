@@ -23,3 +23,12 @@ def trained_tiny_llama(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_
     src = build_tiny_checkpoint(tmp_path_factory.mktemp("untrained"), "llama", tokenizer_dir=tiny_tokenizer_dir)
     ids = corpus_ids(tiny_tokenizer_dir)
     return train_checkpoint(src, tmp_path_factory.mktemp("trained-llama"), ids, TRAIN_STEPS)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _int8_gemv_built() -> None:
+    """Build blink::int8_gemv before the first test (~35 s once per machine, cached after), so the
+    build never lands inside a test's engine start; a machine without AVX-512 just keeps aten."""
+    from blink.engine.kernels.int8_gemv import int8_gemv_available
+
+    int8_gemv_available()
