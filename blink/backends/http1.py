@@ -119,12 +119,17 @@ class _Connection(asyncio.Protocol):
         """Until the parser has news (headers, body, end, error); TimeoutError after ``timeout_s``."""
         if self.closed and self.error is None and not self.complete:
             raise Http1Error("the connection is closed")
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        # One timer handle per wait, not an ``asyncio.timeout`` (its own object, task lookups and
+        # cancel/uncancel bookkeeping): this runs for every read of every stream.
+        timer = None if timeout_s is None else loop.call_later(timeout_s, _expire, waiter)
         try:
-            async with asyncio.timeout(timeout_s):
-                await self._waiter
+            await waiter
         finally:
             self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
     def take(self) -> bytes:
         """The body bytes received so far (b"" if none)."""
@@ -148,6 +153,11 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 class Http1Response:
