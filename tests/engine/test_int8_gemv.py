@@ -3,6 +3,10 @@ aten fallback when the kernel is switched off."""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -107,3 +111,15 @@ def test_quantize_model_turns_the_kernel_on_by_default(monkeypatch: pytest.Monke
     model[0].quantizable_linear = True  # type: ignore[assignment]
     quantize_model(model, "int8")
     assert model[0].gemv
+
+
+def test_a_killed_builds_lock_is_dropped_a_live_one_kept(tmp_path: Path) -> None:
+    stale, live = tmp_path / "stale", tmp_path / "live"
+    stale.touch()
+    live.touch()
+    old = time.time() - 2 * int8_gemv._STALE_LOCK_SECONDS
+    os.utime(stale, (old, old))
+    int8_gemv._drop_stale_lock(stale)
+    int8_gemv._drop_stale_lock(live)
+    int8_gemv._drop_stale_lock(tmp_path / "absent")
+    assert not stale.exists() and live.exists()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -26,10 +27,23 @@ MAX_ROWS = 3
 # ``BLINK_INT8_KERNEL=aten`` turns the kernel off (A/B benchmarks, the fallback test).
 ENV_SWITCH = "BLINK_INT8_KERNEL"
 _SOURCE = Path(__file__).with_name("int8_gemv.cpp")
+_NAME = "blink_int8_gemv"
+# A build takes ~35 s here (up to ~2 min on a loaded machine); a lock older than this was left
+# by a build that was killed, and torch would wait on it forever (engine start would hang).
+_STALE_LOCK_SECONDS = 600.0
 
 
 def _cpu_has_avx512() -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX512", "AMX")
+
+
+def _drop_stale_lock(lock: Path) -> None:
+    try:
+        if time.time() - lock.stat().st_mtime > _STALE_LOCK_SECONDS:
+            lock.unlink()
+            log.warning("removed a stale extension build lock %s", lock)
+    except FileNotFoundError:
+        pass
 
 
 @functools.cache
@@ -38,8 +52,9 @@ def _build() -> bool:
     try:
         from torch.utils import cpp_extension
 
+        _drop_stale_lock(Path(cpp_extension._get_build_directory(_NAME, verbose=False)) / "lock")
         cpp_extension.load(
-            name="blink_int8_gemv",
+            name=_NAME,
             sources=[str(_SOURCE)],
             # -fopenmp: at::parallel_for's OpenMP region must be compiled in; libgomp.so.1 resolves
             # to the one torch already loaded (same soname), so this is torch's own thread pool.
