@@ -10,6 +10,9 @@ tokens/s, aggregate tokens/s with 16 concurrent streams, and the TTFT of a reque
 ``--ab-prepack ROUNDS`` instead compares Blink with its bf16 weights pre-packed for oneDNN (the
 default, blink/engine/layers/packed_linear.py) against the same engine with plain ``F.linear``,
 alternating the two ROUNDS times in one run (TTFT at each length + 16-stream tok/s; ~2 min).
+``--ab-kernels ROUNDS`` compares our attention kernels (blink/engine/layers/prefill_attention.cpp
+and decode_attention.cpp, the default where they build) against aten SDPA on one engine,
+alternating (TTFT, 16-stream tok/s and tok per CPU-s, batch-1 decode tok/s; ~2 min for 3 rounds).
 """
 
 from __future__ import annotations
@@ -151,6 +154,57 @@ def ab_prepack(path: Path, dtype: str, threads: int, lengths: list[int], streams
         print(f"{key:30s} {a:10.1f} {b:10.1f} {gain:7.2f}x")
 
 
+def batch1_decode_tok_s(engine: LLMEngine, tokens: int, tag: str) -> float:
+    """Batch-1 decode tokens/s after the first token (32-token prompt)."""
+    engine.add_request(f"{tag}d", rand_prompt(32, 5), SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True))
+    first, got = None, 0
+    while engine.has_unfinished():
+        for o in engine.step():
+            got += len(o.new_token_ids)
+            if first is None:
+                first = time.perf_counter()
+    return (got - 1) / (time.perf_counter() - (first or time.perf_counter()))
+
+
+def ab_kernels(path: Path, dtype: str, threads: int, lengths: list[int], streams: int, stream_tokens: int,
+               decode_tokens: int, rounds: int) -> None:
+    """Our attention kernels (blink::prefill_attention_cpu + decode_attention_cpu, the default where
+    they build) vs aten SDPA (+ gather), toggled on one engine and alternated; prints medians of
+    TTFT, wall tok/s and tok per process-CPU-s (the CPU figure shrugs off other load)."""
+    cfg = dict(model=str(path), dtype=dtype, threads=threads, max_model_len=2048,
+               kv_cache_memory_bytes=1 << 30, max_num_batched_tokens=2048, max_num_seqs=64,
+               enable_prefix_caching=False)
+    eng = LLMEngine(EngineConfig(**cfg), path)  # type: ignore[arg-type]
+    layers = eng.runner.model.attention_layers()  # type: ignore[attr-defined]
+    runner = eng.runner  # type: ignore[attr-defined]
+    if not runner.decode_kernel:
+        raise SystemExit("blink::decode_attention_cpu is not available here (no AVX-512 or no compiler)")
+    print(f"prefill kernel: {runner.prefill_kernel} (needs bf16 + AVX512-BF16), decode kernel: True")
+    blink_ttft(eng, rand_prompt(16, 99), "warm")
+    figures: dict[str, dict[str, list[float]]] = {"kernel": {}, "sdpa": {}}
+    for r in range(rounds):
+        for name in ("kernel", "sdpa") if r % 2 == 0 else ("sdpa", "kernel"):
+            for attn in layers:
+                attn.decode_kernel = name == "kernel"
+                attn.prefill_kernel = name == "kernel" and runner.prefill_kernel
+            for n in lengths:
+                figures[name].setdefault(f"TTFT ms @ {n}", []).append(
+                    blink_ttft(eng, rand_prompt(n, 1000 * n + r), f"{name}{r}-{n}"))
+            cpu = time.process_time()
+            figures[name].setdefault(f"{streams}-stream tok/s", []).append(
+                streams_tok_s(eng, streams, stream_tokens, f"{name}{r}"))
+            figures[name].setdefault(f"{streams}-stream tok/CPU-s", []).append(
+                streams * stream_tokens / (time.process_time() - cpu))
+            figures[name].setdefault("batch-1 decode tok/s", []).append(
+                batch1_decode_tok_s(eng, decode_tokens, f"{name}{r}"))
+    print(f"\n## attention kernels vs aten SDPA, {rounds} alternating rounds, threads={threads}")
+    print(f"{'figure (median)':30s} {'kernel':>10s} {'sdpa':>10s} {'gain':>8s}")
+    for key in figures["kernel"]:
+        a, b = statistics.median(figures["kernel"][key]), statistics.median(figures["sdpa"][key])
+        gain = b / a if key.startswith("TTFT") else a / b
+        print(f"{key:30s} {a:10.1f} {b:10.1f} {gain:7.2f}x")
+
+
 # -- transformers ---------------------------------------------------------------------------
 
 def hf_generate(model: torch.nn.Module, prompts: list[list[int]], n: int) -> float:
@@ -196,6 +250,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--ab-prepack", type=int, default=0, metavar="ROUNDS",
                     help="only compare packed vs plain bf16 linears, alternating ROUNDS times")
+    ap.add_argument("--ab-kernels", type=int, default=0, metavar="ROUNDS",
+                    help="only compare our attention kernels vs aten SDPA, alternating ROUNDS times")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -203,6 +259,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shapes.split(","):
             path = build(shape, Path(tmp), args.dtype)
+            if args.ab_kernels:
+                ab_kernels(path, args.dtype, args.threads, lengths, args.streams, args.stream_tokens,
+                           args.decode_tokens, args.ab_kernels)
+                continue
             if args.ab_prepack:
                 ab_prepack(path, args.dtype, args.threads, lengths, args.streams, args.stream_tokens,
                            args.ab_prepack)

@@ -19,6 +19,7 @@ from blink.engine.compiled_decode import CompiledDecode
 from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
+from blink.engine.layers.decode_kernel import decode_kernel_available, prefill_kernel_available
 from blink.engine.layers.linear_int8 import quantize_model
 from blink.engine.layers.packed_linear import prepack_model
 from blink.engine.loader import (
@@ -94,6 +95,8 @@ class ModelRunner:
         self.model: CausalLM = model  # type: ignore[assignment]
         self.vocab_size = int(self.hf_config.vocab_size)
         self.num_blocks = self._allocate_kv_cache(model, num_blocks)
+        self.prefill_kernel = False
+        self.decode_kernel = self._enable_decode_kernel(model)
         self.compile_seconds = 0.0
         self._decode_graph: CompiledDecode | None = None
         if config.compile:
@@ -107,6 +110,21 @@ class ModelRunner:
         graph.warm_up(self.block_size, self.dtype, self.device)
         self._decode_graph = graph
         self.compile_seconds = time.perf_counter() - started
+
+    def _enable_decode_kernel(self, model: Any) -> bool:
+        """Serve eager decodes with blink::decode_attention_cpu where it builds (CPU, AVX-512,
+        head_dim a multiple of 16), and fresh bf16 prefill chunks with blink::prefill_attention_cpu
+        where the CPU has AVX512-BF16 (head_dim a multiple of 32, at most 128); built now so no
+        request waits for the compiler."""
+        head_dim = model.shape.head_dim
+        if self.device.type != "cpu" or head_dim % 16 or not decode_kernel_available():
+            return False
+        prefill = self.dtype == torch.bfloat16 and head_dim % 32 == 0 and head_dim <= 128
+        self.prefill_kernel = prefill and prefill_kernel_available()
+        for attn in model.attention_layers():
+            attn.decode_kernel = True
+            attn.prefill_kernel = self.prefill_kernel
+        return True
 
     def _allocate_kv_cache(self, model: Any, num_blocks: int | None) -> int:
         """Size the pool from the byte budget, or to exactly ``num_blocks`` (a draft model shares
@@ -221,6 +239,7 @@ class ModelRunner:
             meta.num_decode = len(decodes)
             meta.decode_block_tables = padded.to(self.device, non_blocking=True)
             meta.decode_mask = mask[:, None, None, :].to(self.device, non_blocking=True)
+            meta.decode_context_lens = (ctx + 1).to(self.device, non_blocking=True)
             slot_parts.append(torch.tensor(decode_slots, dtype=torch.long))
 
         for i in prefills:

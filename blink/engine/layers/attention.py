@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from blink.engine.layers.decode_kernel import decode_attention_cpu, prefill_attention_cpu
 from blink.engine.layers.paged_decode_op import paged_decode_attention
 
 
@@ -43,6 +44,7 @@ class AttentionMetadata:
     num_decode: int = 0
     decode_block_tables: torch.Tensor | None = None  # [num_decode, max_blocks] int64 (padded)
     decode_mask: torch.Tensor | None = None  # [num_decode, 1, 1, max_blocks * block_size] bool or additive float
+    decode_context_lens: torch.Tensor | None = None  # [num_decode] int64, cached positions each decode reads
     prefills: list[PrefillChunk] = field(default_factory=list)
     decode_workspace: torch.Tensor | None = None  # gather scratch shared by all layers
 
@@ -64,6 +66,11 @@ class PagedAttention(nn.Module):
         self.v_cache: torch.Tensor
         self.register_buffer("k_cache", torch.empty(0), persistent=False)
         self.register_buffer("v_cache", torch.empty(0), persistent=False)
+        # Set by the model runner where blink::decode_attention_cpu is built (decode_kernel.py):
+        # eager decodes then read the paged cache in place instead of gather + SDPA.
+        self.decode_kernel = False
+        # Likewise blink::prefill_attention_cpu for a fresh bf16 chunk's causal attention.
+        self.prefill_kernel = False
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
@@ -126,6 +133,9 @@ class PagedAttention(nn.Module):
         # ([B, KVH, group, D], a view), so GQA needs no K/V repeat and one masked SDPA covers all.
         batch = q.shape[0]
         tables = cast(torch.Tensor, meta.decode_block_tables)  # set whenever num_decode > 0
+        if self.decode_kernel and meta.decode_context_lens is not None and q.dtype == self.k_cache.dtype:
+            out = decode_attention_cpu(q, self.k_cache, self.v_cache, tables, meta.decode_context_lens, self.scale)
+            return out.view(batch, self.num_heads * self.head_dim)
         keys, values = self._gather_kv(tables, self._decode_workspace(meta, tables.numel()))
         shape = (batch, -1, self.num_kv_heads, self.head_dim)
         out = F.scaled_dot_product_attention(
@@ -142,6 +152,10 @@ class PagedAttention(nn.Module):
     ) -> torch.Tensor:
         n = chunk.end - chunk.start
         query = q[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
+        if chunk.block_table is None and self.prefill_kernel and q.dtype == torch.bfloat16:
+            rows = slice(chunk.start, chunk.end)
+            out = prefill_attention_cpu(q[rows], k[rows], v[rows], self.scale)
+            return out.view(n, self.num_heads * self.head_dim)
         if chunk.block_table is None:
             keys = k[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)
             values = v[chunk.start : chunk.end].transpose(0, 1).unsqueeze(0)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from blink.engine.layers.decode_kernel import decode_attention_cpu, decode_kernel_available
+
 
 @torch.library.custom_op("blink::paged_decode_attention", mutates_args=())
 def paged_decode_attention(
@@ -38,6 +40,11 @@ def paged_decode_attention(
     v_flat = v_cache.view(-1, kvh, dim)
     k_flat.index_copy_(0, slot_mapping, k.to(k_flat.dtype))
     v_flat.index_copy_(0, slot_mapping, v.to(v_flat.dtype))
+    if q.dtype == k_cache.dtype and dim % 16 == 0 and decode_kernel_available():
+        # The eager path's kernel (decode_kernel.py), so compiled and eager decodes agree bit for
+        # bit; the additive mask is 0 exactly on each sequence's cached positions (a prefix).
+        lens = (mask.reshape(batch, -1) == 0).sum(-1)
+        return decode_attention_cpu(q, k_cache, v_cache, block_tables, lens, scale).reshape(batch, heads * dim)
     flat = block_tables.reshape(-1)
     shape = (batch, -1, kvh, dim)
     keys = k_cache.view(k_cache.shape[0], -1).index_select(0, flat).view(shape).transpose(1, 2)

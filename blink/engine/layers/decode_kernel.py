@@ -1,0 +1,97 @@
+"""Build and load ``torch.ops.blink.decode_attention_cpu`` (decode_attention.cpp) on demand.
+
+The eager decode path uses it for bf16 caches on AVX-512 CPUs; anything missing (another CPU,
+no compiler, a failed build, ``BLINK_DECODE_ATTENTION=sdpa``) keeps the gather + SDPA path, so
+engine start never fails for want of a compiler. Built once per machine by
+``torch.utils.cpp_extension.load`` (cached in torch's extensions directory).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+# ``BLINK_DECODE_ATTENTION=sdpa`` turns the kernel off (A/B benchmarks, the fallback test).
+ENV_SWITCH = "BLINK_DECODE_ATTENTION"
+_SOURCES = [str(Path(__file__).with_name(name)) for name in ("decode_attention.cpp", "prefill_attention.cpp")]
+
+
+@functools.cache
+def _build() -> bool:
+    """Compile + load the extension once per process; False (and one log line) on any failure."""
+    try:
+        from torch.utils import cpp_extension
+
+        cpp_extension.load(
+            name="blink_decode_attention",
+            sources=_SOURCES,
+            # -fopenmp: at::parallel_for's OpenMP region must be compiled in (torch's own pool).
+            # -mavx512bf16: only prefill_attention_cpu executes those instructions, and it is only
+            # called where the CPU reports avx512_bf16 (prefill_kernel_available).
+            extra_cflags=["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma", "-fopenmp"],
+            extra_ldflags=["-fopenmp"],
+            is_python_module=False,
+            verbose=False,
+        )
+    except Exception as exc:  # noqa: BLE001 - any build/load failure means "use SDPA"
+        log.warning("decode attention kernel unavailable (%s: %s); using gather + SDPA", type(exc).__name__, exc)
+        return False
+
+    @torch.library.register_fake("blink::prefill_attention_cpu")
+    def _fake_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        return torch.empty_like(q)
+
+    @torch.library.register_fake("blink::decode_attention_cpu")
+    def _fake(
+        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
+        lens: torch.Tensor, scale: float,
+    ) -> torch.Tensor:
+        return torch.empty_like(q)
+
+    return True
+
+
+def decode_kernel_available() -> bool:
+    """True when ``torch.ops.blink.decode_attention_cpu`` can be used (builds it on first call)."""
+    if os.environ.get(ENV_SWITCH, "").lower() == "sdpa":
+        return False
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AMX"):
+        return False
+    return _build()
+
+
+@functools.cache
+def _cpu_has_avx512_bf16() -> bool:
+    """``avx512_bf16`` in the kernel's CPU flags (Linux); False where they cannot be read."""
+    try:
+        return "avx512_bf16" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
+def prefill_kernel_available() -> bool:
+    """True when ``torch.ops.blink.prefill_attention_cpu`` can run here (AVX512-BF16 CPUs)."""
+    return decode_kernel_available() and _cpu_has_avx512_bf16()
+
+
+def prefill_attention_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Causal attention of a chunk's ``q [n, H, D]`` over its own ``k``/``v [n, KVH, D]`` (bf16) -> ``[n, H, D]``."""
+    return torch.ops.blink.prefill_attention_cpu(q, k, v, scale)
+
+
+def decode_attention_cpu(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """``q [B, H, D]`` against the first ``lens[b]`` cached positions of each sequence -> ``[B, H, D]``."""
+    return torch.ops.blink.decode_attention_cpu(q, k_cache, v_cache, block_tables, lens, scale)

@@ -1,0 +1,213 @@
+"""blink::decode_attention_cpu (SDPA's result read in place from the paged cache) and
+blink::prefill_attention_cpu (causal bf16 attention of a fresh chunk): results against float64,
+input checks, and the runner's wiring (on by default where the CPU has them, off through the
+env switch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from blink.engine.config import EngineConfig
+from blink.engine.layers import decode_kernel
+from blink.engine.layers.decode_kernel import (
+    ENV_SWITCH,
+    decode_attention_cpu,
+    decode_kernel_available,
+    prefill_attention_cpu,
+    prefill_kernel_available,
+)
+from blink.engine.model_runner import ModelRunner
+from blink.engine.scheduler import ScheduledSeq
+from blink.engine.sequence import Sequence
+from tests.engine.test_model_runner import BlockPool, make_seq
+
+# AVX-512 code; every CI and dev machine here has it, so a build failure there is a test
+# failure, never a skip.
+needs_avx512 = pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AMX"),
+    reason="blink::decode_attention_cpu is AVX-512 code; this CPU has none",
+)
+
+needs_avx512_bf16 = pytest.mark.skipif(
+    not decode_kernel._cpu_has_avx512_bf16(),
+    reason="blink::prefill_attention_cpu is AVX512-BF16 code; this CPU has none",
+)
+
+
+def _reference(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor, lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """float64 gather + SDPA per sequence over exactly its ``lens[b]`` positions."""
+    batch, heads, dim = q.shape
+    block_size, kvh = k_cache.shape[1], k_cache.shape[2]
+    outs = []
+    for b in range(batch):
+        n = int(lens[b])
+        slots = [int(tables[b, j // block_size]) * block_size + j % block_size for j in range(n)]
+        keys = k_cache.reshape(-1, kvh, dim)[slots].double().transpose(0, 1)  # [KVH, n, D]
+        values = v_cache.reshape(-1, kvh, dim)[slots].double().transpose(0, 1)
+        query = q[b].double().view(kvh, heads // kvh, dim)
+        outs.append(F.scaled_dot_product_attention(query, keys, values, scale=scale).reshape(heads, dim))
+    return torch.stack(outs)
+
+
+@needs_avx512
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim", "block_size"), [(9, 3, 64, 16), (4, 4, 16, 4), (14, 2, 64, 16)])
+def test_matches_float64_reference(dtype: torch.dtype, heads: int, kv_heads: int, dim: int, block_size: int) -> None:
+    assert decode_kernel_available()
+    g = torch.Generator().manual_seed(heads * dim + block_size)
+    num_blocks, batch, width = 40, 6, 9
+    k_cache = (torch.randn(num_blocks, block_size, kv_heads, dim, generator=g) * 2).to(dtype)
+    v_cache = torch.randn(num_blocks, block_size, kv_heads, dim, generator=g).to(dtype)
+    tables = torch.stack([torch.randperm(num_blocks, generator=g)[:width] for _ in range(batch)])
+    # One key, a partial block, a whole block, odd lengths, the whole table (past 16-lane tails).
+    lens = torch.tensor([1, block_size - 1, block_size, 2 * block_size + 3, width * block_size - 2, width * block_size])
+    q = (torch.randn(batch, heads, dim, generator=g) * 2).to(dtype)
+    out = decode_attention_cpu(q, k_cache, v_cache, tables, lens, dim**-0.5)
+    assert out.dtype == dtype and out.shape == q.shape
+    ref = _reference(q, k_cache, v_cache, tables, lens, dim**-0.5)
+    # fp32 accumulation then one rounding to the output dtype (bf16: 2^-8 relative).
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    assert float((out.double() - ref).abs().max()) < tol
+    # Non-contiguous q (the rotary output's split view) reads the same.
+    wide = torch.cat([q, q], dim=1)[:, :heads]
+    assert torch.equal(decode_attention_cpu(wide, k_cache, v_cache, tables, lens, dim**-0.5), out)
+
+
+@needs_avx512
+def test_rejects_bad_inputs() -> None:
+    assert decode_kernel_available()
+    cache = torch.zeros(4, 4, 1, 16)
+    q = torch.zeros(1, 2, 16)
+    tables = torch.tensor([[0, 1]])
+    with pytest.raises(RuntimeError, match="outside the cache"):
+        decode_attention_cpu(q, cache, cache, torch.tensor([[0, 7]]), torch.tensor([5]), 1.0)
+    with pytest.raises(RuntimeError, match="outside the block table"):
+        decode_attention_cpu(q, cache, cache, tables, torch.tensor([9]), 1.0)
+    with pytest.raises(RuntimeError, match="outside the block table"):
+        decode_attention_cpu(q, cache, cache, tables, torch.tensor([0]), 1.0)
+    with pytest.raises(RuntimeError, match="multiple of 16"):
+        decode_attention_cpu(torch.zeros(1, 2, 8), torch.zeros(4, 4, 1, 8), torch.zeros(4, 4, 1, 8), tables,
+                             torch.tensor([3]), 1.0)
+    with pytest.raises(RuntimeError, match="share a dtype"):
+        decode_attention_cpu(q.bfloat16(), cache, cache, tables, torch.tensor([3]), 1.0)
+
+
+@needs_avx512_bf16
+@pytest.mark.parametrize(
+    ("n", "heads", "kv_heads", "dim"),
+    # one row; under one 8-row tile; odd tails of tiles and 16-key blocks; GQA 7:1; head_dim 32/128
+    [(1, 9, 3, 64), (5, 9, 3, 64), (37, 4, 2, 32), (100, 14, 2, 64), (77, 8, 8, 128), (300, 9, 3, 64)],
+)
+def test_prefill_matches_float64_reference(n: int, heads: int, kv_heads: int, dim: int) -> None:
+    assert prefill_kernel_available()
+    g = torch.Generator().manual_seed(n + heads)
+    q = (torch.randn(n, heads, dim, generator=g) * 2).bfloat16()
+    k = (torch.randn(n, kv_heads, dim, generator=g) * 2).bfloat16()
+    v = torch.randn(n, kv_heads, dim, generator=g).bfloat16()
+    out = prefill_attention_cpu(q, k, v, dim**-0.5)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+
+    def sdpa(dtype: torch.dtype) -> torch.Tensor:
+        args = [x.to(dtype).transpose(0, 1).unsqueeze(0) for x in (q, k, v)]
+        o = F.scaled_dot_product_attention(*args, is_causal=True, scale=dim**-0.5, enable_gqa=heads != kv_heads)
+        return o.squeeze(0).transpose(0, 1)
+
+    ref = sdpa(torch.float64)
+    # fp32 scores and softmax; probabilities and the output rounded to bf16 as aten's flash
+    # kernel does: no further from float64 than aten's own bf16 SDPA (+ a quarter bf16 step).
+    err = float((out.double() - ref).abs().max())
+    assert err <= float((sdpa(torch.bfloat16).double() - ref).abs().max()) * 1.25 + 1e-3
+    # Strided views (the rotary output's split) read the same as contiguous copies.
+    qkv = torch.cat([q, k, v], dim=1)
+    views = qkv.split([heads, kv_heads, kv_heads], dim=1)
+    assert torch.equal(prefill_attention_cpu(*views, dim**-0.5), out)
+
+
+@needs_avx512_bf16
+def test_prefill_rejects_bad_inputs() -> None:
+    assert prefill_kernel_available()
+    x = torch.zeros(4, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="bf16 only"):
+        prefill_attention_cpu(x.float(), x.float(), x.float(), 1.0)
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        prefill_attention_cpu(x[..., :48], x[..., :48], x[..., :48], 1.0)
+    with pytest.raises(RuntimeError, match="multiple of KV heads"):
+        prefill_attention_cpu(torch.zeros(4, 3, 64, dtype=torch.bfloat16), x, x, 1.0)
+    with pytest.raises(RuntimeError, match="disagree"):
+        prefill_attention_cpu(x[:3], x, x, 1.0)
+
+
+def _decode_steps(
+    runner: ModelRunner, prompt: list[int], steps: int, forced: list[int] | None = None
+) -> tuple[list[int], torch.Tensor]:
+    """Prefill two sequences (different lengths), then ``steps`` batch-of-two decodes; greedy
+    unless ``forced`` gives the tokens to feed. Returns the tokens fed and every step's logits."""
+    pool = BlockPool(runner.num_blocks, runner.block_size)
+    seqs = [make_seq("a", prompt), make_seq("b", prompt[: len(prompt) // 2])]
+    tokens: list[int] = []
+    rows: list[torch.Tensor] = []
+
+    def feed(seq: Sequence, row: torch.Tensor) -> None:
+        token = forced[len(tokens)] if forced is not None else int(row.argmax())
+        seq.num_computed_tokens = seq.num_tokens
+        seq.append_token(token)
+        tokens.append(token)
+        rows.append(row)
+
+    for seq in seqs:
+        pool.cover(seq, seq.num_tokens + steps)
+        feed(seq, runner.execute([ScheduledSeq(seq, seq.num_tokens)])[0])
+    for _ in range(steps):
+        for seq, row in zip(seqs, runner.execute([ScheduledSeq(seq, 1) for seq in seqs]), strict=True):
+            feed(seq, row)
+    return tokens, torch.stack(rows)
+
+
+@pytest.fixture(scope="module")
+def llama_dim32(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> Path:
+    """tiny_llama with head_dim 32 (4 query / 2 KV heads), the smallest the prefill kernel serves."""
+    from blink.demo.tiny import build_tiny_checkpoint
+
+    return build_tiny_checkpoint(
+        tmp_path_factory.mktemp("llama-dim32"), "llama", head_dim=32, tokenizer_dir=tiny_tokenizer_dir, seed=3
+    )
+
+
+@needs_avx512
+def test_runner_serves_with_kernels_and_matches_sdpa(llama_dim32: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.set_num_threads(1)
+    config = EngineConfig(model=str(llama_dim32), dtype="bfloat16", kv_cache_memory_bytes=1 << 20)
+    with_kernel = ModelRunner(config)
+    assert with_kernel.decode_kernel
+    assert with_kernel.prefill_kernel == decode_kernel._cpu_has_avx512_bf16()
+    assert all(attn.decode_kernel for attn in with_kernel.model.attention_layers())
+    monkeypatch.setenv(ENV_SWITCH, "sdpa")
+    without = ModelRunner(config)
+    assert not without.decode_kernel and not without.prefill_kernel
+    assert not any(a.decode_kernel or a.prefill_kernel for a in without.model.attention_layers())
+    prompt = list(range(3, 40))
+    # Teacher-forced on the SDPA run's greedy tokens: bf16 rounding may tip a near-tie somewhere in
+    # a long greedy run, so the per-step logits are what is compared (prefill rows and decodes).
+    tokens, sdpa_logits = _decode_steps(without, prompt, 8)
+    _, ours_logits = _decode_steps(with_kernel, prompt, 8, forced=tokens)
+    scale = float(sdpa_logits.abs().max())
+    assert float((ours_logits - sdpa_logits).abs().max()) < 0.03 * scale
+    agree = (ours_logits.argmax(-1) == sdpa_logits.argmax(-1)).float().mean()
+    assert agree >= 0.9
+
+
+def test_fp32_runner_keeps_sdpa_for_prefill(llama_dim32: Path) -> None:
+    runner = ModelRunner(EngineConfig(model=str(llama_dim32), dtype="float32", kv_cache_memory_bytes=1 << 20))
+    assert not runner.prefill_kernel  # the fp32 path stays on aten's SDPA, held exact vs transformers
+
+
+def test_unavailable_without_avx512(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert not decode_kernel.decode_kernel_available()
