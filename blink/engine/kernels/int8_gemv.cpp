@@ -146,5 +146,6 @@ at::Tensor int8_gemv(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
 
 }  // namespace
 
-TORCH_LIBRARY(blink, m) { m.def("int8_gemv(Tensor x, Tensor w, Tensor scales) -> Tensor"); }
+// FRAGMENT: the blink namespace is shared with the attention kernels and paged_decode_op.py.
+TORCH_LIBRARY_FRAGMENT(blink, m) { m.def("int8_gemv(Tensor x, Tensor w, Tensor scales) -> Tensor"); }
 TORCH_LIBRARY_IMPL(blink, CPU, m) { m.impl("int8_gemv", &int8_gemv); }

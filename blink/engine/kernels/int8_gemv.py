@@ -3,7 +3,7 @@
 aten's ``_weight_int8pack_mm`` is the bottleneck of batch-1 decode (68% of a step; it streams
 5.8 GB/s on 1 thread, 9.5 GB/s on 2 here); ``int8_gemv.cpp`` computes the same thing for 1-3
 rows. The op is compiled once per machine with ``torch.utils.cpp_extension.load`` (cached in
-torch's extensions directory) and registered with ``TORCH_LIBRARY`` plus a fake impl, so
+torch's extensions directory) and registered with ``TORCH_LIBRARY_FRAGMENT`` plus a fake impl, so
 ``torch.compile`` calls it as an extern op inside the frozen decode graph.
 
 Anything missing (no AVX-512, no compiler, a failed build, ``BLINK_INT8_KERNEL=aten``) means the
