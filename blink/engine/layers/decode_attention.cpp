@@ -96,40 +96,49 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
   T* op = out.data_ptr<T>();
   const float fscale = static_cast<float>(scale);
 
-  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> qf(group * dim), acc(group * dim), scores, inv_sum(group);
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / kv_heads, h = task % kv_heads;
+  // One task per sequence, all its KV heads together: each cached position's K (then V) row of
+  // all heads is one contiguous read, so a block streams once from memory (per-head tasks read
+  // 128 of every 384 bytes three times over and lost to gather + SDPA on a cold pool).
+  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> qf(heads * dim), acc(heads * dim), scores, inv_sum(heads);
+    for (int64_t b = begin; b < end; ++b) {
       const int64_t n = lp[b];
       const int64_t* table = tables + b * width;
-      const int64_t q_off = (b * heads + h * group) * dim;
-      for (int64_t i = 0; i < group * vecs; ++i)
+      const int64_t q_off = b * heads * dim;
+      for (int64_t i = 0; i < heads * vecs; ++i)
         _mm512_storeu_ps(qf.data() + i * kLanes, _mm512_mul_ps(load16(qp + q_off + i * kLanes), _mm512_set1_ps(fscale)));
-      scores.resize(group * n);
+      scores.resize(heads * n);
       for (int64_t j = 0; j < n; ++j) {
-        const T* krow = kp + (table[j / block_size] * block_size + j % block_size) * slot_stride + h * dim;
-        for (int64_t g = 0; g < group; ++g) {
-          const float* qg = qf.data() + g * dim;
-          __m512 s = _mm512_setzero_ps();
-          for (int64_t i = 0; i < vecs; ++i) s = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i * kLanes), load16(krow + i * kLanes), s);
-          scores[g * n + j] = _mm512_reduce_add_ps(s);
-        }
-      }
-      for (int64_t g = 0; g < group; ++g) inv_sum[g] = 1.f / exp_row(scores.data() + g * n, n);
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t j = 0; j < n; ++j) {
-        const T* vrow = vp + (table[j / block_size] * block_size + j % block_size) * slot_stride + h * dim;
-        for (int64_t i = 0; i < vecs; ++i) {
-          const __m512 v = load16(vrow + i * kLanes);
+        const T* slot = kp + (table[j / block_size] * block_size + j % block_size) * slot_stride;
+        for (int64_t h = 0; h < kv_heads; ++h) {
           for (int64_t g = 0; g < group; ++g) {
-            float* a = acc.data() + g * dim + i * kLanes;
-            _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_set1_ps(scores[g * n + j]), v, _mm512_loadu_ps(a)));
+            const int64_t hq = h * group + g;
+            const float* qg = qf.data() + hq * dim;
+            __m512 s = _mm512_setzero_ps();
+            for (int64_t i = 0; i < vecs; ++i)
+              s = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i * kLanes), load16(slot + h * dim + i * kLanes), s);
+            scores[hq * n + j] = _mm512_reduce_add_ps(s);
           }
         }
       }
-      for (int64_t g = 0; g < group; ++g)
+      for (int64_t hq = 0; hq < heads; ++hq) inv_sum[hq] = 1.f / exp_row(scores.data() + hq * n, n);
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t j = 0; j < n; ++j) {
+        const T* slot = vp + (table[j / block_size] * block_size + j % block_size) * slot_stride;
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          for (int64_t i = 0; i < vecs; ++i) {
+            const __m512 v = load16(slot + h * dim + i * kLanes);
+            for (int64_t g = 0; g < group; ++g) {
+              const int64_t hq = h * group + g;
+              float* a = acc.data() + hq * dim + i * kLanes;
+              _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_set1_ps(scores[hq * n + j]), v, _mm512_loadu_ps(a)));
+            }
+          }
+        }
+      }
+      for (int64_t hq = 0; hq < heads; ++hq)
         for (int64_t d = 0; d < dim; ++d)
-          op[q_off + g * dim + d] = static_cast<T>(acc[g * dim + d] * inv_sum[g]);
+          op[q_off + hq * dim + d] = static_cast<T>(acc[hq * dim + d] * inv_sum[hq]);
     }
   });
 }
