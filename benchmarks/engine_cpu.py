@@ -10,7 +10,7 @@ tokens/s, aggregate tokens/s with 16 concurrent streams, and the TTFT of a reque
 ``--ab-prepack ROUNDS`` instead compares Blink with its bf16 weights pre-packed for oneDNN (the
 default, blink/engine/layers/packed_linear.py) against the same engine with plain ``F.linear``,
 alternating the two ROUNDS times in one run (TTFT at each length + 16-stream tok/s; ~2 min).
-``--ab-kernels ROUNDS`` compares our attention kernels (blink/engine/layers/prefill_attention.cpp
+``--ab-kernels ROUNDS`` compares our attention kernels (blink/engine/kernels/prefill_attention.cpp
 and decode_attention.cpp, the default where they build) against aten SDPA on one engine,
 alternating (TTFT, 16-stream tok/s and tok per CPU-s, batch-1 decode tok/s; ~2 min for 3 rounds).
 """

@@ -18,8 +18,8 @@ import torch
 from blink.engine.compiled_decode import CompiledDecode
 from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError, KVCacheTooSmallError
+from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
-from blink.engine.layers.decode_kernel import decode_kernel_available, prefill_kernel_available
 from blink.engine.layers.linear_int8 import quantize_model
 from blink.engine.layers.packed_linear import prepack_model
 from blink.engine.loader import (

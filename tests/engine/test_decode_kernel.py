@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from blink.engine.config import EngineConfig
-from blink.engine.layers import decode_kernel
-from blink.engine.layers.decode_kernel import (
+from blink.engine.kernels import attention as decode_kernel
+from blink.engine.kernels.attention import (
     ENV_SWITCH,
     decode_attention_cpu,
     decode_kernel_available,

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from blink.engine.layers.decode_kernel import decode_attention_cpu, prefill_attention_cpu
+from blink.engine.kernels.attention import decode_attention_cpu, prefill_attention_cpu
 from blink.engine.layers.paged_decode_op import paged_decode_attention
 
 
@@ -66,7 +66,7 @@ class PagedAttention(nn.Module):
         self.v_cache: torch.Tensor
         self.register_buffer("k_cache", torch.empty(0), persistent=False)
         self.register_buffer("v_cache", torch.empty(0), persistent=False)
-        # Set by the model runner where blink::decode_attention_cpu is built (decode_kernel.py):
+        # Set by the model runner where blink::decode_attention_cpu is built (kernels/attention.py):
         # eager decodes then read the paged cache in place instead of gather + SDPA.
         self.decode_kernel = False
         # Likewise blink::prefill_attention_cpu for a fresh bf16 chunk's causal attention.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from blink.engine.layers.decode_kernel import decode_attention_cpu, decode_kernel_available
+from blink.engine.kernels.attention import decode_attention_cpu, decode_kernel_available
 
 
 @torch.library.custom_op("blink::paged_decode_attention", mutates_args=())
@@ -41,7 +41,7 @@ def paged_decode_attention(
     k_flat.index_copy_(0, slot_mapping, k.to(k_flat.dtype))
     v_flat.index_copy_(0, slot_mapping, v.to(v_flat.dtype))
     if q.dtype == k_cache.dtype and dim % 16 == 0 and decode_kernel_available():
-        # The eager path's kernel (decode_kernel.py), so compiled and eager decodes agree bit for
+        # The eager path's kernel (kernels/attention.py), so compiled and eager decodes agree bit for
         # bit; the additive mask is 0 exactly on each sequence's cached positions (a prefix).
         lens = (mask.reshape(batch, -1) == 0).sum(-1)
         return decode_attention_cpu(q, k_cache, v_cache, block_tables, lens, scale).reshape(batch, heads * dim)

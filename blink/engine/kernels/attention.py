@@ -1,4 +1,4 @@
-"""Build and load ``torch.ops.blink.decode_attention_cpu`` (decode_attention.cpp) on demand.
+"""Build and load ``torch.ops.blink.decode_attention_cpu`` (decode_attention.cpp, prefill_attention.cpp) on demand.
 
 The eager decode path uses it for bf16 caches on AVX-512 CPUs; anything missing (another CPU,
 no compiler, a failed build, ``BLINK_DECODE_ATTENTION=sdpa``) keeps the gather + SDPA path, so
@@ -15,32 +15,21 @@ from pathlib import Path
 
 import torch
 
+from blink.engine.kernels.build import cpu_has_avx512, load_extension
+
 log = logging.getLogger(__name__)
 
 # ``BLINK_DECODE_ATTENTION=sdpa`` turns the kernel off (A/B benchmarks, the fallback test).
 ENV_SWITCH = "BLINK_DECODE_ATTENTION"
-_SOURCES = [str(Path(__file__).with_name(name)) for name in ("decode_attention.cpp", "prefill_attention.cpp")]
+_SOURCES = [Path(__file__).with_name(name) for name in ("decode_attention.cpp", "prefill_attention.cpp")]
 
 
 @functools.cache
 def _build() -> bool:
     """Compile + load the extension once per process; False (and one log line) on any failure."""
-    try:
-        from torch.utils import cpp_extension
-
-        cpp_extension.load(
-            name="blink_decode_attention",
-            sources=_SOURCES,
-            # -fopenmp: at::parallel_for's OpenMP region must be compiled in (torch's own pool).
-            # -mavx512bf16: only prefill_attention_cpu executes those instructions, and it is only
-            # called where the CPU reports avx512_bf16 (prefill_kernel_available).
-            extra_cflags=["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-mfma", "-fopenmp"],
-            extra_ldflags=["-fopenmp"],
-            is_python_module=False,
-            verbose=False,
-        )
-    except Exception as exc:  # noqa: BLE001 - any build/load failure means "use SDPA"
-        log.warning("decode attention kernel unavailable (%s: %s); using gather + SDPA", type(exc).__name__, exc)
+    # -mavx512bf16: only prefill_attention_cpu executes those instructions, and it is only called
+    # where the CPU reports avx512_bf16 (prefill_kernel_available).
+    if not load_extension("blink_decode_attention", _SOURCES, ["-mavx512bf16"]):
         return False
 
     @torch.library.register_fake("blink::prefill_attention_cpu")
@@ -49,8 +38,12 @@ def _build() -> bool:
 
     @torch.library.register_fake("blink::decode_attention_cpu")
     def _fake(
-        q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, tables: torch.Tensor,
-        lens: torch.Tensor, scale: float,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        tables: torch.Tensor,
+        lens: torch.Tensor,
+        scale: float,
     ) -> torch.Tensor:
         return torch.empty_like(q)
 
@@ -61,7 +54,7 @@ def decode_kernel_available() -> bool:
     """True when ``torch.ops.blink.decode_attention_cpu`` can be used (builds it on first call)."""
     if os.environ.get(ENV_SWITCH, "").lower() == "sdpa":
         return False
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AMX"):
+    if not cpu_has_avx512():
         return False
     return _build()
 
