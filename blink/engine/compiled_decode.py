@@ -14,8 +14,9 @@ Two modes (``EngineConfig.compile_mode``):
   decode 1.11-1.4x less CPU per token than eager (benchmarks/decode_compile.py, 1 thread,
   shared machine). Where our AVX-512 ``blink::int8_gemv`` is built (kernels/int8_gemv.py) the
   1-3-row int8 matmuls call it instead, as an opaque extern op: frozen decode 20.3 vs 33.9 CPU
-  ms per token with inductor's micro-GEMM (``decode_compile.py --ab-kernel``, 1 thread, loaded). Slow to compile: 172-317 s on a loaded 2-core machine (every layer is its
-  own code); inductor's on-disk cache makes a second start faster.
+  ms per token with inductor's micro-GEMM (``decode_compile.py --ab-kernel``, 1 thread, loaded).
+  Slow to compile: 172-317 s on a loaded 2-core machine (every layer is its own code; 56-82 s
+  on a quiet one); inductor's on-disk cache makes a second start faster.
 - ``"layers"`` (regional compilation): one decoder layer is compiled and the same graph serves
   every layer (parameters are graph inputs, so the 30 layers of SmolLM2 share it). Compiles in
   18-37 s for SmolLM2 instead of minutes, fuses the elementwise ops, but the int8 matmuls stay
@@ -118,6 +119,8 @@ class CompiledDecode:
             num_decode=input_ids.shape[0],
             decode_block_tables=block_tables,
             decode_mask=mask,
+            # Once per step for every layer's attention: the mask is 0 on each sequence's cached prefix.
+            decode_context_lens=(mask.reshape(input_ids.shape[0], -1) == 0).sum(-1),
         )
         return self.model.compute_logits(self.model(input_ids, positions, meta))
 

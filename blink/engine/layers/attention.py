@@ -78,9 +78,13 @@ class PagedAttention(nn.Module):
         """``q [T, H, D]``, ``k``/``v [T, KVH, D]`` -> ``[T, H * D]``."""
         if torch.compiler.is_compiling() and not meta.prefills:
             # The compiled decode graph (blink.engine.compiled_decode) sees one opaque node.
+            mask = cast(torch.Tensor, meta.decode_mask)
+            lens = meta.decode_context_lens
+            if lens is None:
+                lens = (mask.reshape(q.shape[0], -1) == 0).sum(-1)
             return paged_decode_attention(
                 q, k, v, self.k_cache, self.v_cache, meta.slot_mapping,
-                cast(torch.Tensor, meta.decode_block_tables), cast(torch.Tensor, meta.decode_mask), self.scale,
+                cast(torch.Tensor, meta.decode_block_tables), mask, lens, self.scale,
             )
         kvh, dim = self.num_kv_heads, self.head_dim
         k_flat = self.k_cache.view(-1, kvh, dim)
