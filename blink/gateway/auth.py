@@ -82,11 +82,11 @@ class ApiKeyStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
         self._lock = threading.Lock()
-        # Live keys already looked up, by the presented secret (in this process's memory only).
+        # Live keys already looked up, by the secret's hash (a plain secret is never kept).
         # Valid while the file's ``data_version`` stands: SQLite changes it whenever another
         # connection (the CLI, another server) commits, so a revocation is seen on the next
-        # request; this connection's own writes clear it. A hit costs one PRAGMA read instead of
-        # a SHA-256 and an indexed SELECT (~4 vs ~14 us alone, more on the loaded request path).
+        # request; this connection's own writes clear it. A hit costs one PRAGMA read and a
+        # SHA-256 instead of an indexed SELECT too.
         self._live: dict[str, ApiKey] = {}
         self._version = -1
 
@@ -112,20 +112,21 @@ class ApiKeyStore:
             if version != self._version:
                 self._live.clear()
                 self._version = version
-            key = self._live.get(secret)
+            digest = hash_key(secret)
+            key = self._live.get(digest)
             if key is not None:
                 return key
             row = self._db.execute(
                 "SELECT key_id, tenant, models, requests_per_minute, tokens_per_minute, created_at, revoked_at "
                 "FROM api_keys WHERE key_hash = ?",
-                (hash_key(secret),),
+                (digest,),
             ).fetchone()
             if row is None or row[6] is not None:
                 return None
             key = _from_row(row)
             if len(self._live) >= _MAX_LIVE_KEYS:
                 self._live.clear()
-            self._live[secret] = key
+            self._live[digest] = key
         return key
 
     async def alookup(self, secret: str) -> ApiKey | None:
