@@ -36,6 +36,20 @@ def _build() -> bool:
     def _fake_prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
         return torch.empty_like(q)
 
+    @torch.library.register_fake("blink::paged_decode_cpu")
+    def _fake_paged(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+        tables: torch.Tensor,
+        lens: torch.Tensor,
+        scale: float,
+    ) -> torch.Tensor:
+        return q.new_empty((q.shape[0], q.shape[1] * q.shape[2]))
+
     @torch.library.register_fake("blink::decode_attention_cpu")
     def _fake(
         q: torch.Tensor,
@@ -88,3 +102,19 @@ def decode_attention_cpu(
 ) -> torch.Tensor:
     """``q [B, H, D]`` against the first ``lens[b]`` cached positions of each sequence -> ``[B, H, D]``."""
     return torch.ops.blink.decode_attention_cpu(q, k_cache, v_cache, block_tables, lens, scale)
+
+
+def paged_decode_cpu(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    block_tables: torch.Tensor,
+    lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """One compiled decode step of a layer: ``k``/``v [B, KVH, D]`` into their slots, then
+    :func:`decode_attention_cpu` -> ``[B, H * D]`` (an opaque op in the graph, no Python)."""
+    return torch.ops.blink.paged_decode_cpu(q, k, v, k_cache, v_cache, slot_mapping, block_tables, lens, scale)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from blink.engine.kernels.attention import decode_attention_cpu, prefill_attention_cpu
+from blink.engine.kernels.attention import decode_attention_cpu, paged_decode_cpu, prefill_attention_cpu
 from blink.engine.layers.paged_decode_op import paged_decode_attention
 
 
@@ -79,12 +79,18 @@ class PagedAttention(nn.Module):
         if torch.compiler.is_compiling() and not meta.prefills:
             # The compiled decode graph (blink.engine.compiled_decode) sees one opaque node.
             mask = cast(torch.Tensor, meta.decode_mask)
-            lens = meta.decode_context_lens
-            if lens is None:
-                lens = (mask.reshape(q.shape[0], -1) == 0).sum(-1)
+            tables = cast(torch.Tensor, meta.decode_block_tables)
+            if self.decode_kernel and q.dtype == self.k_cache.dtype:
+                # The eager path's kernel (no Python in the graph), so compiled and eager decodes
+                # agree bit for bit; the mask is 0 exactly on each sequence's cached prefix.
+                lens = meta.decode_context_lens
+                if lens is None:
+                    lens = (mask.reshape(q.shape[0], -1) == 0).sum(-1)
+                return paged_decode_cpu(
+                    q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, tables, lens, self.scale
+                )
             return paged_decode_attention(
-                q, k, v, self.k_cache, self.v_cache, meta.slot_mapping,
-                cast(torch.Tensor, meta.decode_block_tables), mask, lens, self.scale,
+                q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, tables, mask, self.scale
             )
         kvh, dim = self.num_kv_heads, self.head_dim
         k_flat = self.k_cache.view(-1, kvh, dim)

@@ -18,8 +18,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from blink.engine.kernels.attention import decode_attention_cpu, decode_kernel_available
-
 
 @torch.library.custom_op("blink::paged_decode_attention", mutates_args=())
 def paged_decode_attention(
@@ -31,7 +29,6 @@ def paged_decode_attention(
     slot_mapping: torch.Tensor,
     block_tables: torch.Tensor,
     mask: torch.Tensor,
-    context_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
     """``q [B, H, D]``, ``k``/``v [B, KVH, D]``; caches ``[blocks, block_size, KVH, D]`` -> ``[B, H * D]``."""
@@ -41,11 +38,6 @@ def paged_decode_attention(
     v_flat = v_cache.view(-1, kvh, dim)
     k_flat.index_copy_(0, slot_mapping, k.to(k_flat.dtype))
     v_flat.index_copy_(0, slot_mapping, v.to(v_flat.dtype))
-    if q.dtype == k_cache.dtype and dim % 16 == 0 and decode_kernel_available():
-        # The eager path's kernel (kernels/attention.py), so compiled and eager decodes agree bit for
-        # bit. ``context_lens`` (the cached positions each sequence reads, where the additive mask
-        # is 0) is computed once per step in the graph, not here in every layer's call.
-        return decode_attention_cpu(q, k_cache, v_cache, block_tables, context_lens, scale).reshape(batch, heads * dim)
     flat = block_tables.reshape(-1)
     shape = (batch, -1, kvh, dim)
     keys = k_cache.view(k_cache.shape[0], -1).index_select(0, flat).view(shape).transpose(1, 2)
@@ -70,7 +62,6 @@ def _(
     slot_mapping: torch.Tensor,
     block_tables: torch.Tensor,
     mask: torch.Tensor,
-    context_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
     return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
