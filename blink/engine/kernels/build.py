@@ -7,6 +7,7 @@ the caller keeps its aten path: engine start never fails for want of a compiler.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ def load_extension(name: str, sources: list[Path], extra_cflags: list[str] | Non
         cpp_extension.load(
             name=name,
             sources=[str(s) for s in sources],
-            extra_cflags=_BASE_CFLAGS + (extra_cflags or []),
+            extra_cflags=_BASE_CFLAGS + [_headers_define()] + (extra_cflags or []),
             extra_ldflags=["-fopenmp"],
             is_python_module=False,
             verbose=False,
@@ -55,3 +56,12 @@ def load_extension(name: str, sources: list[Path], extra_cflags: list[str] | Non
         log.warning("kernel library %s unavailable (%s: %s); using aten", name, type(exc).__name__, exc)
         return False
     return True
+
+
+def _headers_define() -> str:
+    """A define naming the digest of our shared headers (simd_exp.h, ...): torch rebuilds an
+    extension when its sources or build flags change, and headers are neither."""
+    digest = hashlib.sha256()
+    for header in sorted(Path(__file__).parent.glob("*.h")):
+        digest.update(header.read_bytes())
+    return f"-DBLINK_KERNEL_HEADERS_{digest.hexdigest()[:16]}"

@@ -16,6 +16,8 @@
 
 #include <immintrin.h>
 
+#include "simd_exp.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -28,25 +30,6 @@ namespace {
 constexpr int64_t kLanes = 16;  // fp32 lanes of one AVX-512 register
 constexpr int64_t kRows = 8;    // query rows per tile: 8 accumulators share each K load
 constexpr int64_t kPvRows = 4;  // rows per PV pass: 4 rows x (D/16 <= 8) accumulators fit 32 zmm
-
-// exp(x) for x <= 0: 2^n * p(r), x = n ln2 + r, |r| <= ln2/2, p the degree-7 Taylor polynomial
-// (truncation < 1.2e-7 relative); clamped at -100 (exp < 4e-44, i.e. 0 after bf16 rounding).
-inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-100.f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
-  __m512 p = _mm512_set1_ps(1.f / 5040.f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
 
 inline uint16_t bits(c10::BFloat16 x) { return x.x; }
 
