@@ -153,15 +153,11 @@ def main() -> None:
     import cache_latency as cl
     from _proc import free_port, wait_ready
 
-    from blink.config import CacheSettings
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     tmp = Path(tempfile.mkdtemp(prefix="blink-hit-stages-"))
-    settings = CacheSettings.model_validate({
-        "exact": {"enabled": True}, "semantic": {"enabled": True, "onnx_dir": args.onnx_dir},
-        "path": str(tmp / "cache.db"), "max_entries": args.entries + 10_000,
-    })  # fmt: skip
-    pairs = [json.loads(line) for line in cl.DATA.read_text().splitlines() if line]
+    settings = cl.bench_settings(tmp, args.onnx_dir, args.entries)
+    pairs = cl.load_pairs()
     _, semantic_qs = asyncio.run(cl._fill(settings, pairs, args.entries))
     cores = sorted(os.sched_getaffinity(0))
     server_core, client_core = (cores[-1], cores[0]) if len(cores) > 1 else (None, None)

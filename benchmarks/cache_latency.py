@@ -73,6 +73,18 @@ MODEL = "fake"
 SLOW_UPSTREAM = "tokens=1;delay=0.02"
 
 
+def bench_settings(tmp: Path, onnx_dir: str, entries: int) -> CacheSettings:
+    """Exact + semantic cache in a SQLite file under ``tmp``, room for ``entries`` plus the dev set."""
+    return CacheSettings.model_validate({
+        "exact": {"enabled": True}, "semantic": {"enabled": True, "onnx_dir": onnx_dir},
+        "path": str(tmp / "cache.db"), "max_entries": entries + 10_000,
+    })  # fmt: skip
+
+
+def load_pairs() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in DATA.read_text().splitlines() if line]
+
+
 def _body(question: str, user: str | None = None) -> dict[str, Any]:
     body = {"model": MODEL, "messages": [{"role": "user", "content": question}], "temperature": 0, "stream": True}
     return body if user is None else {**body, "user": user}
@@ -283,11 +295,8 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     tmp = Path(tempfile.mkdtemp(prefix="blink-cache-bench-"))
-    settings = CacheSettings.model_validate({
-        "exact": {"enabled": True}, "semantic": {"enabled": True, "onnx_dir": args.onnx_dir},
-        "path": str(tmp / "cache.db"), "max_entries": args.entries + 10_000,
-    })
-    pairs = [json.loads(line) for line in DATA.read_text().splitlines() if line]
+    settings = bench_settings(tmp, args.onnx_dir, args.entries)
+    pairs = load_pairs()
     t0 = time.perf_counter()
     exact_qs, semantic_qs = asyncio.run(_fill(settings, pairs, args.entries))
     # Misses are real unseen questions: the trap halves of the pairs, which the guard must refuse.

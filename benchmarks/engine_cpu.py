@@ -146,12 +146,8 @@ def ab_prepack(path: Path, dtype: str, threads: int, lengths: list[int], streams
                     blink_ttft(eng, rand_prompt(n, 1000 * n + r), f"{name}{r}-{n}"))
             figures[name].setdefault(f"{streams}-stream tok/s", []).append(
                 streams_tok_s(eng, streams, stream_tokens, f"{name}{r}"))
-    print(f"\n## prepacked bf16 linears vs plain F.linear, {rounds} alternating rounds, threads={threads}")
-    print(f"{'figure (median)':30s} {'packed':>10s} {'plain':>10s} {'gain':>8s}")
-    for key in figures["packed"]:
-        a, b = statistics.median(figures["packed"][key]), statistics.median(figures["plain"][key])
-        gain = b / a if key.startswith("TTFT") else a / b
-        print(f"{key:30s} {a:10.1f} {b:10.1f} {gain:7.2f}x")
+    print_ab(f"prepacked bf16 linears vs plain F.linear, {rounds} alternating rounds, threads={threads}",
+             "packed", "plain", figures)
 
 
 def batch1_decode_tok_s(engine: LLMEngine, tokens: int, tag: str) -> float:
@@ -197,10 +193,16 @@ def ab_kernels(path: Path, dtype: str, threads: int, lengths: list[int], streams
                 streams * stream_tokens / (time.process_time() - cpu))
             figures[name].setdefault("batch-1 decode tok/s", []).append(
                 batch1_decode_tok_s(eng, decode_tokens, f"{name}{r}"))
-    print(f"\n## attention kernels vs aten SDPA, {rounds} alternating rounds, threads={threads}")
-    print(f"{'figure (median)':30s} {'kernel':>10s} {'sdpa':>10s} {'gain':>8s}")
-    for key in figures["kernel"]:
-        a, b = statistics.median(figures["kernel"][key]), statistics.median(figures["sdpa"][key])
+    print_ab(f"attention kernels vs aten SDPA, {rounds} alternating rounds, threads={threads}",
+             "kernel", "sdpa", figures)
+
+
+def print_ab(title: str, new: str, old: str, figures: dict[str, dict[str, list[float]]]) -> None:
+    """Medians of an A/B run, one row per figure; gain > 1 = ``new`` better (lower TTFT, more tok/s)."""
+    print(f"\n## {title}")
+    print(f"{'figure (median)':30s} {new:>10s} {old:>10s} {'gain':>8s}")
+    for key in figures[new]:
+        a, b = statistics.median(figures[new][key]), statistics.median(figures[old][key])
         gain = b / a if key.startswith("TTFT") else a / b
         print(f"{key:30s} {a:10.1f} {b:10.1f} {gain:7.2f}x")
 
