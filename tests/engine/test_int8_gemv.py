@@ -1,5 +1,5 @@
-"""blink::int8_gemv: same result as aten's _weight_int8pack_mm, wired into Int8Linear, and the
-aten fallback when the kernel is switched off."""
+"""blink::int8_gemv (int8_matmul.h): same result as aten's _weight_int8pack_mm at 1 to MAX_ROWS
+rows, ragged row ranges, limits, wired into Int8Linear, and the aten fallback when switched off."""
 
 from __future__ import annotations
 
@@ -16,44 +16,74 @@ _HAS_AVX512 = cpu_has_avx512()
 needs_avx512 = pytest.mark.skipif(
     not _HAS_AVX512, reason="blink::int8_gemv is AVX-512 code; this CPU has none"
 )
+# Both kernels accumulate in fp32 and round once to bf16; only the summation order differs, so
+# they part by at most about one bf16 step (2^-8 relative) of the output's scale.
+_BF16_TOL = 2**-7
 
 
 def _relative_error(y: torch.Tensor, ref: torch.Tensor) -> float:
     return float((y.double() - ref.double()).abs().max() / ref.double().abs().max().clamp_min(1e-12))
 
 
-@needs_avx512
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("k", [1, 37, 64, 100, 577, 1536])
-def test_kernel_matches_float64_reference_on_odd_shapes(dtype: torch.dtype, k: int) -> None:
-    assert int8_gemv_available()
-    g = torch.Generator().manual_seed(k)
-    for m in range(1, MAX_ROWS + 1):
-        for n in (1, 7, 9, 203):  # below, at and past the 8- and 4-row blocks, odd
-            x = torch.randn(m, k, generator=g).to(dtype)
-            w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
-            s = (torch.rand(n, generator=g) / 50).to(dtype)
-            y = torch.ops.blink.int8_gemv(x, w, s)
-            assert y.dtype == dtype and y.shape == (m, n)
-            ref = (x.double() @ w.double().t()) * s.double()
-            # fp32 accumulation (K <= 1536 terms) then one rounding to the output dtype.
-            assert _relative_error(y, ref) < (1e-2 if dtype == torch.bfloat16 else 1e-5), (m, n, k)
+def _operands(m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+    s = (torch.rand(n, generator=g) / 50 + 1e-3).to(torch.bfloat16)
+    return x, w, s
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> None:
+    torch.set_num_threads(1)
 
 
 @needs_avx512
-@pytest.mark.parametrize("m", range(1, MAX_ROWS + 1))
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 15, 16, 17, 33, MAX_ROWS])
 def test_kernel_matches_aten_weight_int8pack_mm(m: int) -> None:
     assert int8_gemv_available()
-    g = torch.Generator().manual_seed(m)
-    for n, k in ((576, 576), (193, 1536), (49, 80)):  # aten's kernel wants K % 16 == 0
-        x = torch.randn(m, k, generator=g).to(torch.bfloat16)
-        w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
-        s = (torch.rand(n, generator=g) / 50).to(torch.bfloat16)
-        ours = torch.ops.blink.int8_gemv(x, w, s)
-        aten = torch.ops.aten._weight_int8pack_mm(x, w, s)
-        # Both accumulate in fp32 and round once to bf16; only the summation order differs, so
-        # they part by at most about one bf16 step (2^-8 relative) of the output's scale.
-        assert _relative_error(ours, aten.float()) < 2**-7
+    # N: 1, odd, and past / not a multiple of every weight-row blocking; K: one 16-vector, a
+    # partial 64-chunk, and SmolLM2's hidden and intermediate widths.
+    for n in (1, 7, 37, 203):
+        for k in (16, 48, 576, 1536):
+            x, w, s = _operands(m, n, k, seed=m * 10_000 + n * 10 + k)
+            ours = torch.ops.blink.int8_gemv(x, w, s)
+            aten = torch.ops.aten._weight_int8pack_mm(x, w, s)
+            assert ours.dtype == torch.bfloat16 and ours.shape == (m, n)
+            assert _relative_error(ours, aten) < _BF16_TOL, (m, n, k)
+
+
+@needs_avx512
+@pytest.mark.parametrize("m", [1, 3, 4, 16, 17, MAX_ROWS])
+def test_rows_computes_exactly_a_ragged_range(m: int) -> None:
+    """One ``rows(n0, n1)`` call (int8_gemv_rows, single-threaded) writes the rows of that range,
+    equal to the whole matmul's, and nothing else; the parallel wrapper agrees at 1 and 2 threads."""
+    assert int8_gemv_available()
+    x, w, s = _operands(m, 75, 576, seed=m)
+    full = torch.ops.blink.int8_gemv(x, w, s)
+    for n0, n1 in ((0, 75), (0, 1), (3, 10), (5, 70), (17, 18), (61, 75)):
+        part = torch.ops.blink.int8_gemv_rows(x, w, s, n0, n1)
+        assert torch.equal(part[:, n0:n1], full[:, n0:n1]), (n0, n1)
+        assert part[:, :n0].isnan().all() and part[:, n1:].isnan().all(), (n0, n1)
+    torch.set_num_threads(2)
+    x, w, s = _operands(m, 3000, 576, seed=m)  # enough rows to split across both threads
+    two = torch.ops.blink.int8_gemv(x, w, s)
+    torch.set_num_threads(1)
+    assert torch.equal(two, torch.ops.blink.int8_gemv(x, w, s))
+
+
+@needs_avx512
+def test_kernel_rejects_what_it_does_not_serve() -> None:
+    assert int8_gemv_available()
+    x, w, s = _operands(MAX_ROWS + 1, 8, 64, seed=0)
+    with pytest.raises(RuntimeError, match=f"serves 1 to {MAX_ROWS} rows, got {MAX_ROWS + 1}"):
+        torch.ops.blink.int8_gemv(x, w, s)
+    with pytest.raises(RuntimeError, match="K must be a multiple of 16"):
+        torch.ops.blink.int8_gemv(x[:1, :40], w[:, :40], s)
+    with pytest.raises(RuntimeError, match="x must be bf16"):
+        torch.ops.blink.int8_gemv(x[:1].float(), w, s)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        torch.ops.blink.int8_gemv(x[:1], w[:, :48], s)
 
 
 @needs_avx512

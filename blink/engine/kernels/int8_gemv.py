@@ -1,8 +1,8 @@
-"""Build and register ``torch.ops.blink.int8_gemv``, our AVX-512 int8 weight-only GEMV.
+"""Build and register ``torch.ops.blink.int8_gemv``, our AVX-512 int8 weight-only matmul.
 
 aten's ``_weight_int8pack_mm`` is the bottleneck of batch-1 decode (68% of a step; it streams
-5.8 GB/s on 1 thread, 9.5 GB/s on 2 here); ``int8_gemv.cpp`` computes the same thing for 1-3
-rows. The op is compiled once per machine with ``torch.utils.cpp_extension.load`` (cached in
+5.8 GB/s on 1 thread, 9.5 GB/s on 2 here); ``int8_gemv.cpp`` computes the same thing for 1 to
+``MAX_ROWS`` bf16 rows (the kernel itself is ``int8_matmul.h``, shared with the fused decode step). The op is compiled once per machine with ``torch.utils.cpp_extension.load`` (cached in
 torch's extensions directory) and registered with ``TORCH_LIBRARY_FRAGMENT`` plus a fake impl, so
 ``torch.compile`` calls it as an extern op inside the frozen decode graph.
 
@@ -23,11 +23,11 @@ from blink.engine.kernels.build import cpu_has_avx512, load_extension
 
 log = logging.getLogger(__name__)
 
-# Activation rows the kernel serves: the compiled decode graph's batches (< DENSE_MIN_ROWS = 4).
-MAX_ROWS = 3
+# Activation rows the kernel serves: int8_matmul.h's kMaxRows.
+MAX_ROWS = 64
 # ``BLINK_INT8_KERNEL=aten`` turns the kernel off (A/B benchmarks, the fallback test).
 ENV_SWITCH = "BLINK_INT8_KERNEL"
-_SOURCE = Path(__file__).with_name("int8_gemv.cpp")
+_SOURCE = Path(__file__).with_name("int8_gemv.cpp")  # includes int8_matmul.h
 
 
 @functools.cache
@@ -40,7 +40,7 @@ def _build() -> bool:
     def _fake(x: torch.Tensor, w: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         return x.new_empty((x.shape[0], w.shape[0]))
 
-    log.info("int8 linears at 1-%d rows use blink::int8_gemv (AVX-512)", MAX_ROWS)
+    log.info("int8 linears of 1-%d rows can use blink::int8_gemv (AVX-512)", MAX_ROWS)
     return True
 
 

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from blink.engine.errors import EngineError
-from blink.engine.kernels.int8_gemv import MAX_ROWS as GEMV_MAX_ROWS
 from blink.engine.kernels.int8_gemv import int8_gemv_available
 from blink.engine.layers.packed_linear import packed_copy, packed_linear
 
@@ -31,6 +30,8 @@ _K_MULTIPLE = 16
 # weights): int8 vs packed bf16 10.9 vs 14.3 ms at 1 row, 12.5 vs 15.1 at 2, 14.8 vs 11.5 at 4,
 # 34.8 vs 15.9 at 16.
 DENSE_MIN_ROWS = 4
+# Calls of up to this many rows use blink::int8_gemv instead of aten's int8 kernel.
+GEMV_MAX_ROWS = 3
 # "int8": int8 weights only; "int8-dense-prefill": also keeps the loaded weights for prefill.
 QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill")
 
