@@ -1,11 +1,14 @@
-"""int8 weight-only GEMV at 1-3 rows: aten ``_weight_int8pack_mm`` vs ``blink::int8_gemv``.
+"""int8 weight-only matmul at 1-64 rows: ``blink::int8_gemv`` vs aten ``_weight_int8pack_mm`` vs
+oneDNN's bf16 GEMM on pre-packed dense weights (``packed_linear.py``).
 
-SmolLM2-135M's decode linears (7 per layer x 30 layers, distinct weights so nothing stays in
-cache, ~106 MB) and its tied LM head (49152 x 576, 28 MB), bf16 activations, one call per
-linear as in a decode step. A and B alternate ``--reps`` times per thread count so the
-machine's drift hits both alike; prints ms per step, weight GB/s and ours/aten speed-up.
+One decode step of SmolLM2-135M: 30 layers x 4 linears (merged qkv [960, 576], o [576, 576],
+merged gate_up [3072, 576], down [576, 1536]) + the tied LM head [49152, 576] = 121 matmuls with
+distinct weights, so nothing stays in cache (134 MB int8, 268 MB packed bf16), bf16 activations
+of M rows. For each thread count and M the three run alternately ``--reps`` times so the
+machine's drift hits all alike; prints ms per step (median of the per-rep bests), int8 weight
+GB/s, and ours' speed-up over each.
 
-    python benchmarks/int8_gemv.py [--threads 1,2] [--rows 1] [--reps 5]
+    python benchmarks/int8_gemv.py [--threads 1,2] [--rows 1,2,3,4,8,16,32,64] [--reps 3]
 """
 
 from __future__ import annotations
@@ -18,34 +21,36 @@ from collections.abc import Callable
 import torch
 
 from blink.engine.kernels.int8_gemv import int8_gemv_available
+from blink.engine.layers.packed_linear import cpu_bf16_packing_supported, pack_weight, packed_linear
 
-# SmolLM2-135M: hidden 576, 9 heads / 3 kv heads of 64 (q/o 576, k/v 192), intermediate 1536.
-LAYER_SHAPES = [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]
+# SmolLM2-135M: hidden 576, 9 heads / 3 kv heads of 64 (qkv 576 + 2 x 192), intermediate 1536.
+LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
 LAYERS = 30
 HEAD = (49152, 576)
 
-Weights = list[tuple[torch.Tensor, torch.Tensor]]
+# (int8 weight, bf16 scales, packed bf16 dense weight or None)
+Linear = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+Op = Callable[[torch.Tensor, Linear], torch.Tensor]
 
 
-def make_weights() -> tuple[Weights, Weights]:
+def make_step(pack: bool) -> list[Linear]:
     g = torch.Generator().manual_seed(0)
 
-    def one(n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def one(n: int, k: int) -> Linear:
         w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
-        return w, (torch.rand(n, generator=g) / 100).to(torch.bfloat16)
+        s = (torch.rand(n, generator=g) / 100).to(torch.bfloat16)
+        return w, s, pack_weight((w.float() * s.float()[:, None]).bfloat16()) if pack else None
 
-    return [one(n, k) for _ in range(LAYERS) for n, k in LAYER_SHAPES], [one(*HEAD)]
+    return [one(n, k) for _ in range(LAYERS) for n, k in LAYER_SHAPES] + [one(*HEAD)]
 
 
-def step_time(
-    op: Callable[..., torch.Tensor], weights: Weights, xs: dict[int, torch.Tensor], n: int
-) -> float:
-    """Seconds per pass over ``weights`` (best of ``n``: the floor is what the kernel can do)."""
+def step_time(op: Op, step: list[Linear], xs: dict[int, torch.Tensor], n: int) -> float:
+    """Seconds per pass over the step's linears (best of ``n``: the floor is what the kernel can do)."""
     best = float("inf")
     for _ in range(n):
         t = time.perf_counter()
-        for w, s in weights:
-            op(xs[w.shape[1]], w, s)
+        for lin in step:
+            op(xs[lin[0].shape[1]], lin)
         best = min(best, time.perf_counter() - t)
     return best
 
@@ -53,29 +58,33 @@ def step_time(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--rows", type=int, default=1)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rows", default="1,2,3,4,8,16,32,64")
+    ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     if not int8_gemv_available():
         raise SystemExit("blink::int8_gemv is not available on this machine (see the log)")
-    ours = torch.ops.blink.int8_gemv
-    aten = torch.ops.aten._weight_int8pack_mm
-    layers, head = make_weights()
-    xs = {k: torch.randn(args.rows, k).to(torch.bfloat16) for k in (576, 1536)}
-    for name, weights in (("30 layers", layers), ("LM head", head)):
-        mb = sum(w.numel() for w, _ in weights) / 1e6
-        for threads in (int(t) for t in args.threads.split(",")):
-            torch.set_num_threads(threads)
-            a: list[float] = []
-            b: list[float] = []
+    pack = cpu_bf16_packing_supported(torch.zeros(1, 1, dtype=torch.bfloat16))
+    ops: dict[str, Op] = {
+        "ours": lambda x, lin: torch.ops.blink.int8_gemv(x, lin[0], lin[1]),
+        "aten int8": lambda x, lin: torch.ops.aten._weight_int8pack_mm(x, lin[0], lin[1]),
+    }
+    if pack:
+        ops["packed bf16"] = lambda x, lin: packed_linear(x, lin[2], None)
+    step = make_step(pack)
+    gb = sum(lin[0].numel() for lin in step) / 1e9
+    print(f"{len(step)} linears per step, {gb * 1e3:.0f} MB int8 weights; ms per step (int8 GB/s)")
+    for threads in (int(t) for t in args.threads.split(",")):
+        torch.set_num_threads(threads)
+        for m in (int(r) for r in args.rows.split(",")):
+            xs = {k: torch.randn(m, k).to(torch.bfloat16) for k in (576, 1536)}
+            times: dict[str, list[float]] = {name: [] for name in ops}
             for _ in range(args.reps):
-                a.append(step_time(aten, weights, xs, 3))
-                b.append(step_time(ours, weights, xs, 3))
-            ta, tb = statistics.median(a), statistics.median(b)
-            print(
-                f"{name:9s} M={args.rows} threads={threads}: aten {ta * 1e3:6.2f} ms ({mb / 1e3 / ta:5.1f} GB/s)"
-                f"  ours {tb * 1e3:6.2f} ms ({mb / 1e3 / tb:5.1f} GB/s)  speed-up {ta / tb:.2f}x"
-            )
+                for name, op in ops.items():
+                    times[name].append(step_time(op, step, xs, 2))
+            med = {name: statistics.median(t) for name, t in times.items()}
+            cols = "  ".join(f"{name} {t * 1e3:7.2f} ({gb / t:5.1f})" for name, t in med.items())
+            ratios = "  ".join(f"{med[name] / med['ours']:.2f}x vs {name}" for name in med if name != "ours")
+            print(f"threads={threads} M={m:2d}: {cols}  | ours {ratios}", flush=True)
 
 
 if __name__ == "__main__":
