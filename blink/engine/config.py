@@ -48,6 +48,9 @@ class EngineConfig:
     # "frozen" (whole forward, weights frozen, inductor's int8 micro-GEMM; minutes to compile)
     # or "layers" (one decoder layer's graph shared by all layers; seconds). compiled_decode.py.
     compile_mode: str = "frozen"
+    # Decode-only steps of eligible models (bf16, int8 linears, AVX-512 CPU) run as one C++ call
+    # (blink/engine/kernels/decode_step.py), ahead of the compiled graph; False keeps the others.
+    fused_decode: bool = True
     # Speculative decoding: None (off), "ngram" (prompt lookup) or "draft" (a smaller model
     # sharing the tokenizer, named by speculative_draft_model).
     speculative: str | None = None

@@ -19,6 +19,7 @@ from blink.engine.compiled_decode import CompiledDecode
 from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
+from blink.engine.kernels.decode_step import FusedDecode, build_fused_decode
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
 from blink.engine.layers.linear_int8 import quantize_model
 from blink.engine.layers.packed_linear import prepack_model
@@ -97,6 +98,10 @@ class ModelRunner:
         self.num_blocks = self._allocate_kv_cache(model, num_blocks)
         self.prefill_kernel = False
         self.decode_kernel = self._enable_decode_kernel(model)
+        # Decode-only steps in one C++ call where the model is eligible (kernels/decode_step.py);
+        # built now, after the KV pool exists, so no request pays the build.
+        self._fused: FusedDecode | None = build_fused_decode(model) if config.fused_decode else None
+        self.fused_decode = self._fused is not None
         self.compile_seconds = 0.0
         self._decode_graph: CompiledDecode | None = None
         if config.compile:
@@ -173,6 +178,10 @@ class ModelRunner:
         for span in spans:
             self._check(span)
         input_ids, positions, meta, logits_rows = self._prepare(spans)
+        fused = self._fused
+        if fused is not None and meta.num_decode == len(spans) == input_ids.shape[0] and fused.serves(len(spans)):
+            tables, lens = cast(torch.Tensor, meta.decode_block_tables), cast(torch.Tensor, meta.decode_context_lens)
+            return fused(input_ids, positions, meta.slot_mapping, tables, lens)
         graph = self._decode_graph
         if graph is not None and meta.num_decode == len(spans) == input_ids.shape[0] and graph.serves(len(spans)):
             tables, mask = cast(torch.Tensor, meta.decode_block_tables), cast(torch.Tensor, meta.decode_mask)

@@ -10,7 +10,8 @@
 //
 // Semantics are SDPA's with an fp32 softmax: out[b, h] = softmax(scale * q[b, h] . K[b, kv(h)]^T)
 // V[b, kv(h)] over the first lens[b] cached positions, kv(h) = h / (H / KVH) (grouped-query
-// attention as in transformers). Accumulation is fp32; the output is cast to q's dtype.
+// attention as in transformers). Accumulation is fp32; the output is cast to q's dtype. The per-head
+// math lives in decode_attention.h, shared with the fused decode step (decode_step.cpp).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -18,7 +19,7 @@
 
 #include <immintrin.h>
 
-#include "simd_exp.h"
+#include "decode_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -29,36 +30,9 @@
 
 namespace {
 
-constexpr int64_t kLanes = 16;  // fp32 lanes of one AVX-512 register
-
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-
-// bf16 -> fp32 is the bf16 bits in the high half of an fp32 word (exact).
-inline __m512 load16(const c10::BFloat16* p) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-}
-
-// softmax numerators of one row in place; returns their sum.
-inline float exp_row(float* s, int64_t n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
-  const __m512 mv = _mm512_set1_ps(m);
-  __m512 sum = _mm512_setzero_ps();
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) {
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv));
-    _mm512_storeu_ps(s + j, e);
-    sum = _mm512_add_ps(sum, e);
-  }
-  if (j < n) {
-    const __mmask16 tail = static_cast<__mmask16>((1u << (n - j)) - 1);
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + j), mv));
-    _mm512_mask_storeu_ps(s + j, tail, e);
-    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
-  }
-  return _mm512_reduce_add_ps(sum);
-}
+using blink::attn::exp_row;
+using blink::attn::kLanes;
+using blink::attn::load16;
 
 template <typename T>
 void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,

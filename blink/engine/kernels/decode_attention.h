@@ -1,0 +1,96 @@
+// Decode attention of one (sequence, KV head): the math both decode_attention.cpp (the eager and
+// compiled paths) and decode_step.cpp (the fused step) run, so they round alike bit for bit.
+//
+// Scores in fp32 (q pre-scaled in fp32), an fp32 softmax with exp16 (simd_exp.h), the weighted
+// sum of values accumulated in fp32 in position order, one rounding to the output dtype.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+
+#include <immintrin.h>
+
+#include "simd_exp.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+namespace blink::attn {
+
+constexpr int64_t kLanes = 16;  // fp32 lanes of one AVX-512 register
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+
+// bf16 -> fp32 is the bf16 bits in the high half of an fp32 word (exact).
+inline __m512 load16(const c10::BFloat16* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+// softmax numerators of one row in place; returns their sum.
+inline float exp_row(float* s, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
+  const __m512 mv = _mm512_set1_ps(m);
+  __m512 sum = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), mv));
+    _mm512_storeu_ps(s + j, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (j < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + j), mv));
+    _mm512_mask_storeu_ps(s + j, tail, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+// Where one sequence's cached positions live: position j of KV head h is at
+// base + (table[j / block_size] * block_size + j % block_size) * slot_stride + h * dim.
+struct PagedSeq {
+  const int64_t* table;
+  int64_t block_size;
+  int64_t slot_stride;  // elements between consecutive cache slots (KV heads * dim)
+  int64_t len;          // cached positions attended
+  template <typename T>
+  const T* slot(const T* base, int64_t j) const {
+    return base + (table[j / block_size] * block_size + j % block_size) * slot_stride;
+  }
+};
+
+// The `group` query heads of KV head h: qf [group, dim] fp32 (already times the softmax scale),
+// scores [group * len] and acc [group * dim] fp32 scratch; out[g * dim + d] gets head g's output.
+template <typename T>
+inline void attend_kv_head(const float* qf, int64_t group, int64_t dim, const T* k_cache, const T* v_cache,
+                           const PagedSeq& seq, int64_t h, float* scores, float* acc, T* out) {
+  const int64_t n = seq.len, vecs = dim / kLanes;
+  for (int64_t j = 0; j < n; ++j) {
+    const T* key = seq.slot(k_cache, j) + h * dim;
+    for (int64_t g = 0; g < group; ++g) {
+      __m512 s = _mm512_setzero_ps();
+      for (int64_t i = 0; i < vecs; ++i)
+        s = _mm512_fmadd_ps(_mm512_loadu_ps(qf + g * dim + i * kLanes), load16(key + i * kLanes), s);
+      scores[g * n + j] = _mm512_reduce_add_ps(s);
+    }
+  }
+  for (int64_t i = 0; i < group * dim; ++i) acc[i] = 0.f;
+  float inv_sum[64];  // group <= 64 (checked where the shapes are known)
+  for (int64_t g = 0; g < group; ++g) inv_sum[g] = 1.f / exp_row(scores + g * n, n);
+  for (int64_t j = 0; j < n; ++j) {
+    const T* value = seq.slot(v_cache, j) + h * dim;
+    for (int64_t i = 0; i < vecs; ++i) {
+      const __m512 v = load16(value + i * kLanes);
+      for (int64_t g = 0; g < group; ++g) {
+        float* a = acc + g * dim + i * kLanes;
+        _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_set1_ps(scores[g * n + j]), v, _mm512_loadu_ps(a)));
+      }
+    }
+  }
+  for (int64_t g = 0; g < group; ++g)
+    for (int64_t d = 0; d < dim; ++d) out[g * dim + d] = static_cast<T>(acc[g * dim + d] * inv_sum[g]);
+}
+
+}  // namespace blink::attn
