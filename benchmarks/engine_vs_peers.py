@@ -55,13 +55,17 @@ class Workload:
     stream_tokens: int
 
 
-def blink(path: Path, threads: int, dtype: str, quantization: str, w: Workload, compile_mode: str = "") -> Figures:
+def blink(path: Path, threads: int, dtype: str, quantization: str, w: Workload, compile_mode: str = "",
+          fused: bool = True) -> Figures:
     eng = LLMEngine(EngineConfig(model=str(path), dtype=dtype, threads=threads, max_model_len=2048,  # type: ignore[arg-type]
                                  kv_cache_memory_bytes=1 << 30, max_num_batched_tokens=2048,
                                  enable_prefix_caching=False, quantization=quantization,
-                                 compile=bool(compile_mode), compile_mode=compile_mode or "frozen"), path)
+                                 compile=bool(compile_mode), compile_mode=compile_mode or "frozen",
+                                 fused_decode=fused), path)
     if compile_mode:
         print(f"blink {dtype}+{quantization} compile_mode={compile_mode}: compiled in {eng.runner.compile_seconds:.1f} s")
+    decode_path = "fused C++ step" if eng.runner.fused_decode else ("compiled" if compile_mode else "eager")
+    print(f"blink {dtype}+{quantization}: decode-only steps run the {decode_path} path")
     greedy = SamplingParams(temperature=0.0, ignore_eos=True)
 
     def run(prompts: list[list[int]], n: int) -> tuple[float, float | None, int]:
@@ -184,17 +188,20 @@ def main() -> None:
     ap.add_argument("--gguf-types", default="F16,Q8_0", help="GGUF weight types to convert to and run")
     ap.add_argument("--skip-transformers-fp32", action="store_true")
     ap.add_argument("--compile", default="", choices=["", "frozen", "layers"],
-                    help="Blink best with EngineConfig.compile in this mode (compile time printed)")
+                    help="Blink best with EngineConfig.compile in this mode instead of the fused C++ decode "
+                         "step (compile time printed); default: the fused step where it is available")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     w = Workload([int(x) for x in args.lengths.split(",")], args.decode_tokens, args.streams, args.stream_tokens)
-    best = "blink bf16+int8" + (f" compiled ({args.compile})" if args.compile else "")
+    best = "blink bf16+int8" + (f" compiled ({args.compile})" if args.compile else " fused")
     for shape in args.shapes.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             path = build(shape, Path(tmp), "bfloat16")
-            results = {best: blink(path, args.threads, "bfloat16", "int8-dense-prefill", w, args.compile),
+            results = {best: blink(path, args.threads, "bfloat16", "int8-dense-prefill", w, args.compile,
+                                   fused=not args.compile),
                        "blink bf16": blink(path, args.threads, "bfloat16", "none", w),
-                       **({"blink bf16+int8 eager": blink(path, args.threads, "bfloat16", "int8-dense-prefill", w)}
+                       **({"blink bf16+int8 eager": blink(path, args.threads, "bfloat16", "int8-dense-prefill", w,
+                                                          fused=False)}
                           if args.compile else {}),
                        "transformers bf16": transformers_eager(path, "bfloat16", w)}
             if not args.skip_transformers_fp32:
