@@ -166,15 +166,26 @@ class DynamicBatcher(Generic[In, Out]):
     def _collect(self, first: _Item[In, Out]) -> tuple[list[_Item[In, Out]], bool]:
         # Wait for company only under load (the last batch had some): a lone caller at
         # concurrency 1 would otherwise pay the whole window for nothing.
-        idle = self.config.adaptive_window and self._last_size <= 1
-        window = 0.0 if idle else self.config.window_s
-        batch, deadline = [first], time.monotonic() + window
+        if self.config.adaptive_window and self._last_size <= 1:
+            return self._drain(first)
+        batch, deadline = [first], time.monotonic() + self.config.window_s
         while len(batch) < self.config.max_batch_size:
             remaining = deadline - time.monotonic()
             try:
                 item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
             except queue.Empty:
                 break
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _drain(self, first: _Item[In, Out]) -> tuple[list[_Item[In, Out]], bool]:
+        """Idle: take only what is already queued, no timed wait and no ``queue.Empty`` raised (the
+        lone caller's model call starts at once; its inputs that arrived meanwhile still batch)."""
+        batch, q = [first], self._queue
+        while len(batch) < self.config.max_batch_size and q.qsize():
+            item = q.get_nowait()
             if item is None:
                 return batch, True
             batch.append(item)
@@ -223,6 +234,16 @@ class DynamicBatcher(Generic[In, Out]):
     @staticmethod
     def _deliver(outcomes: list[_Outcome]) -> None:
         """Thread callers are settled here; each event loop gets its share in one hand-off."""
+        if len(outcomes) == 1:  # a lone input (concurrency 1): one call, no grouping
+            request, index, row, error = outcomes[0]
+            if request.loop is None:
+                request.settle(index, row, error)
+                return
+            try:
+                request.loop.call_soon_threadsafe(request.settle, index, row, error)
+            except RuntimeError:  # the loop closed while its caller waited
+                pass
+            return
         by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
         for outcome in outcomes:
             loop = outcome[0].loop

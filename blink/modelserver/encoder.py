@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blink.modelserver.onnx_session import PaddedTokenizer, feed, one_thread_session
+from blink.modelserver.onnx_session import GraphInputs, PaddedTokenizer, one_thread_session
 
 # sentence-transformers' max_seq_length for all-MiniLM-L6-v2; longer inputs are refused (400).
 DEFAULT_MAX_TOKENS = 256
@@ -24,6 +24,7 @@ class OnnxEncoder:
         model_dir = resolve_model_dir(model)
         self.path = ensure_onnx(model_dir, Path(onnx_dir).expanduser(), quantize)
         self._session = one_thread_session(self.path)
+        self._feed = GraphInputs(self._session)
         self.tokenizer = PaddedTokenizer(model_dir / "tokenizer.json", max_tokens)
         self.dim = int(self._session.get_outputs()[0].shape[-1] or 384)
 
@@ -32,9 +33,21 @@ class OnnxEncoder:
 
     def counted(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
         """Unit-norm rows and each text's full token count, from one tokenisation."""
+        if len(texts) == 1:
+            return self._one(texts[0])
         ids, mask, counts = self.tokenizer.encode(texts)
-        (hidden,) = self._session.run(None, feed(self._session, ids, mask))
+        (hidden,) = self._session.run(None, self._feed(ids, mask))
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
         rows = (pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)).astype(np.float32)
         return rows, counts
+
+    def _one(self, text: str) -> tuple[np.ndarray, list[int]]:
+        """A lone text (the cache's lookup at concurrency 1): no padding, so the mean is over every
+        token, in half the numpy calls of the masked batch path (these run on cold caches right after
+        the model call: ~0.1 ms -> ~0.04 ms); the row equals the batch path's to float rounding."""
+        ids, count = self.tokenizer.encode_one(text)
+        (hidden,) = self._session.run(None, self._feed(ids, np.ones_like(ids)))
+        pooled = hidden[0].mean(axis=0, dtype=np.float32)
+        norm = max(float(np.sqrt(pooled @ pooled)), 1e-12)
+        return (pooled / norm)[None], [count]

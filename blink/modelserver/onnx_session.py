@@ -44,6 +44,13 @@ class PaddedTokenizer:
         """Tokens per text without truncation (input validation, usage)."""
         return [len(e.ids) for e in self._full.encode_batch(texts)]
 
+    def encode_one(self, text: str) -> tuple[np.ndarray, int]:
+        """(ids as a 1-row array, full token count) of one text: no padding, so its mask is all ones."""
+        enc = self._full.encode(text)
+        count = len(enc.ids)
+        ids = enc.ids if count <= self.max_tokens else self._cut.encode(text).ids
+        return np.array(ids, dtype=np.int64)[None], count
+
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """(ids, mask, full token count per text): rows cut at ``max_tokens``, padded to the longest."""
         seqs = [e.ids for e in self._full.encode_batch(texts)]
@@ -60,7 +67,14 @@ class PaddedTokenizer:
         return ids, mask, counts
 
 
-def feed(session: Any, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
-    """Only the inputs the graph declares (BERT wants token_type_ids, others do not)."""
-    have = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-    return {i.name: have[i.name] for i in session.get_inputs()}
+class GraphInputs:
+    """Builds the feed of only the inputs the graph declares (BERT wants token_type_ids, others do
+    not). The names are read once: ``session.get_inputs()`` builds new objects on every call
+    (~0.02 ms of a ~2 ms single-text embedding)."""
+
+    def __init__(self, session: Any) -> None:
+        self.names = tuple(i.name for i in session.get_inputs())
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+        have = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return {name: have[name] for name in self.names}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from blink.modelserver.onnx_session import PaddedTokenizer, feed, one_thread_session
+from blink.modelserver.onnx_session import GraphInputs, PaddedTokenizer, one_thread_session
 
 # BERT-family classifiers are trained on at most 512 positions.
 DEFAULT_MAX_TOKENS = 512
@@ -62,6 +62,7 @@ class OnnxSequenceClassifier:
                  max_tokens: int = DEFAULT_MAX_TOKENS) -> None:  # fmt: skip
         model_dir = Path(model).expanduser()
         self._session = one_thread_session(_onnx_file(model_dir, Path(onnx_dir).expanduser()))
+        self._feed = GraphInputs(self._session)
         self.tokenizer = PaddedTokenizer(model_dir / "tokenizer.json", max_tokens)
         self.labels = labels or self._config_labels(model_dir)
         # Multi-label heads (moderation) score each label on its own (sigmoid); others softmax.
@@ -79,7 +80,7 @@ class OnnxSequenceClassifier:
     def counted(self, texts: list[str]) -> tuple[np.ndarray, list[int]]:
         """Label probabilities and each text's full token count, from one tokenisation."""
         ids, mask, counts = self.tokenizer.encode(texts)
-        (logits,) = self._session.run(None, feed(self._session, ids, mask))
+        (logits,) = self._session.run(None, self._feed(ids, mask))
         logits = logits.astype(np.float32)
         if len(self.labels) != logits.shape[1]:
             raise ValueError(f"{len(self.labels)} label names for {logits.shape[1]} model outputs")

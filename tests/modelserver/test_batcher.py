@@ -148,3 +148,15 @@ async def test_a_hung_model_call_fails_its_callers_with_504(monkeypatch: pytest.
             await asyncio.to_thread(b.run_sync, [2])  # thread callers get the same 504
     finally:
         b.close()
+
+
+async def test_an_idle_batcher_runs_what_is_already_queued_as_one_batch() -> None:
+    fn = Squarer()
+    b = DynamicBatcher("sq", fn, BatchConfig(max_batch_size=8, window_s=0.5))
+    try:
+        t0 = time.perf_counter()
+        out = await b.run([1, 2, 3])  # idle: no window, but the request's three inputs are all queued
+        assert [int(r[1]) for r in out] == [1, 4, 9] and fn.batches == [[1, 2, 3]]
+        assert time.perf_counter() - t0 < 0.4
+    finally:
+        b.close()

@@ -35,3 +35,11 @@ def test_a_batch_is_padded_to_its_longest_input_not_to_the_limit() -> None:
     pt = PaddedTokenizer(resolve_model_dir("all-MiniLM-L6-v2") / "tokenizer.json", 256)
     ids, mask, counts = pt.encode(["ok", "hello there"])
     assert ids.shape == (2, max(counts)) and mask.sum(axis=1).tolist() == counts
+
+
+def test_one_text_gives_the_batch_rows_ids_and_count_cut_or_not() -> None:
+    pt = PaddedTokenizer(resolve_model_dir("all-MiniLM-L6-v2") / "tokenizer.json", _MAX)
+    for text in ("How do I reset my password?", "word " * 40):
+        ids, count = pt.encode_one(text)
+        ref_ids, _, ref_counts = pt.encode([text])
+        assert np.array_equal(ids, ref_ids) and ids.dtype == np.int64 and count == ref_counts[0]
