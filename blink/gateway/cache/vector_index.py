@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from blink.gateway.cache.hugepages import allocate_huge
+
 # Brute force up to here: a 10k x 384 scan costs about what one int8 embedding does.
 DEFAULT_HNSW_THRESHOLD = 10_000
 # hnswlib graph parameters: M=16 / ef_construction=64 (hnswlib's documented range for ~100k
@@ -134,8 +136,10 @@ class VectorIndex:
         import hnswlib
 
         index = hnswlib.Index(space="ip", dim=self.dim)
-        index.init_index(max_elements=max(2 * len(vecs), 1024), ef_construction=_HNSW_EF_CONSTRUCTION,
-                         M=_HNSW_M, allow_replace_deleted=True)
+        # Huge pages for the level-0 block: a search after an embedding visits cold nodes, and 2 MB
+        # pages took its p50 from 0.445 to 0.328 ms (0.74x) at 100k rows (hugepages.py).
+        allocate_huge(lambda: index.init_index(max_elements=max(2 * len(vecs), 1024), M=_HNSW_M,
+                                               ef_construction=_HNSW_EF_CONSTRUCTION, allow_replace_deleted=True))
         index.set_ef(_HNSW_EF_SEARCH)
         index.set_num_threads(threads)
         index.add_items(vecs, labels)
@@ -152,5 +156,5 @@ class VectorIndex:
 
     def _hnsw_add(self, index: Any, row: int) -> None:
         if index.get_current_count() >= index.get_max_elements():
-            index.resize_index(2 * index.get_max_elements())
+            allocate_huge(lambda: index.resize_index(2 * index.get_max_elements()))
         index.add_items(self._mat[row].reshape(1, -1), np.array([row]), replace_deleted=True)
