@@ -8,13 +8,15 @@ measures from the other core, HTTP in to the last byte out, streaming:
 - exact hit: a question asked before, word for word;
 - semantic hit: a paraphrase the hit guard accepts;
 - miss: a new question, which goes to the upstream (the baseline a hit is compared with);
-- the miss path's own cost: ``ResponseCache.lookup`` (embedding + search) on a miss, in process.
+- the miss path's own cost: ``ResponseCache.lookup`` (embedding + search) on a miss, in process
+  (a child process that imports the checkout's ``blink``, wired as ``blink serve`` wires it).
 
     python benchmarks/cache_latency.py [--entries 100000] [--requests 300] [--before DIR]
 
 ``--before DIR`` (a checkout of an earlier commit) starts that checkout's gateway too, on the same
 core with a copy of the same cache file, and alternates every request between the two: the
-"now vs before" ratios are measured side by side. Likewise a third gateway with
+"now vs before" ratios are measured side by side; so are the in-process lookups and their steps
+(each lookup alternating between a process per checkout, pinned to the client core). Likewise a third gateway with
 ``cache.semantic.head_start`` on (skip it with ``--no-head-start``): its misses call the upstream
 while the embedding runs, its semantic hits cancel that call; the miss and hit figures with vs
 without it are measured side by side.
@@ -127,41 +129,113 @@ async def _fill(settings: CacheSettings, pairs: list[dict[str, Any]], entries: i
     return exact, semantic
 
 
-async def _lookup_ms(settings: CacheSettings, exact_qs: list[str], semantic_qs: list[str], n: int,
-                     idle: Callable[[], None]) -> dict[str, list[float]]:  # fmt: skip
-    """The cache stage alone, in process: exact probe (+ embedding + search + guard) per outcome,
-    with the embedder wired as ``blink serve`` wires it (the model server's batched encoder).
-
-    Timed only after ``idle`` returned (the gateways are up, pinned and idle): while they load,
-    their graph builds run on every core, and the lookups timed beside them measured the builds'
-    CPU and memory-bandwidth contention instead of the lookup (the issue's goal is on an idle core)."""
+async def _open_cache(settings: CacheSettings) -> tuple[ResponseCache, OnnxEncoder, ModelServer]:
+    """The cache as ``blink serve`` wires it: the model server's batched encoder as the embedder.
+    Starting it loads the file and builds the HNSW graph."""
     sem = settings.semantic
     encoder = OnnxEncoder(sem.model, sem.onnx_dir, sem.quantize)
     models = ModelServer()
     client = EncoderClient(models.add_encoder(sem.model, encoder, batch_config(BatchingSettings())))
     store = SQLiteCacheStore(Path(settings.path), max_entries=10**7)
     cache = ResponseCache(store, settings, build_matcher(settings, client))
-    await cache.start()  # loads the entries and builds the HNSW graph, overlapping the gateways' builds
-    await asyncio.to_thread(idle)
-    out: dict[str, list[float]] = {k: [] for k in ("exact", "semantic", "miss", "exact_cpu", "semantic_cpu", "miss_cpu",
-                                                   "head start")}
+    await cache.start()
+    return cache, encoder, models
+
+
+async def _lookup_once(cache: ResponseCache, kind: str, q: str, out: dict[str, list[float]]) -> None:
+    """One ``ResponseCache.lookup``, kept under ``kind`` if that is its outcome (a few paraphrases
+    normalise to a stored question: exact, not semantic)."""
+    req, opened = _request(q), []
+    t0, c0 = time.perf_counter(), time.process_time()
+    # before_embed: where cache.semantic.head_start would open the backend call.
+    look = await cache.lookup(req, "default", CacheDirectives(), partial(_stamp, opened))
+    ms, cpu = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
+    if look.outcome == kind:
+        out.setdefault(kind, []).append(ms)
+        out.setdefault(kind + "_cpu", []).append(cpu)
+        if kind == "miss":
+            out.setdefault("head start", []).append((opened[0] - t0) * 1000)
+
+
+def _lookup_child(spec_file: str) -> None:
+    """``--lookup-child SPEC``: the cache stage of one checkout, in this process, timed on command.
+
+    Started by ``_LookupChild`` with that checkout's ``blink`` first on ``sys.path``; prints
+    ``ready`` once loaded, then answers each stdin line (a JSON ``[kind, question]``) with ``ok``
+    after one lookup, ``["stages", i]`` after round ``i`` of the step-by-step timings, and
+    ``["end"]`` with the timings as one JSON line."""
+    spec = json.loads(Path(spec_file).read_text())
+
+    async def run() -> None:
+        settings = CacheSettings.model_validate(spec["settings"])
+        cache, encoder, models = await _open_cache(settings)
+        out: dict[str, list[float]] = {}
+        print("ready", flush=True)
+        for line in sys.stdin:  # blocking between lookups: nothing else runs on this loop meanwhile
+            cmd = json.loads(line)
+            if cmd[0] == "end":
+                break
+            if cmd[0] == "stages":
+                await _stages(cache, encoder, spec["semantic"], range(cmd[1], cmd[1] + 1), out)
+            else:
+                await _lookup_once(cache, cmd[0], cmd[1], out)
+            print("ok", flush=True)
+        print(json.dumps(out), flush=True)
+        await cache.aclose()
+        models.close()
+
+    asyncio.run(run())
+
+
+class _LookupChild:
+    """A ``--lookup-child`` process for one checkout (its ``blink`` imported, this script's code)."""
+
+    def __init__(self, checkout: Path, spec_file: Path) -> None:
+        code = (f"import runpy, sys; sys.path[:0] = [{str(checkout)!r}, {str(ROOT / 'benchmarks')!r}]; "
+                f"sys.argv = ['cache_latency.py', '--lookup-child', {str(spec_file)!r}]; "
+                f"runpy.run_path({str(ROOT / 'benchmarks' / 'cache_latency.py')!r}, run_name='__main__')")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=checkout, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+
+    def _read(self) -> str:
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line:
+            raise RuntimeError(f"lookup child {self.proc.pid} exited (rc {self.proc.poll()})")
+        return line.strip()
+
+    def wait_ready(self) -> None:
+        if self._read() != "ready":
+            raise RuntimeError("lookup child did not start")
+
+    def ask(self, *cmd: object) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+def _lookup_ms(children: dict[str, _LookupChild], exact_qs: list[str], semantic_qs: list[str],
+               n: int) -> dict[str, dict[str, list[float]]]:  # fmt: skip
+    """The cache stage alone, per checkout: exact probe (+ embedding + search + guard) per outcome,
+    each lookup alternating between the checkouts' processes (which goes first alternating too),
+    then each step timed alone (rounds alternating likewise). Run only once the gateways are up, pinned and idle: while they
+    load, their graph builds run on every core, and lookups timed beside them measured the
+    builds' CPU and memory-bandwidth contention instead (the issue's goal is on an idle core)."""
+    order = list(children)
     for i in range(n):
         for kind, q in (("exact", exact_qs[i % len(exact_qs)]), ("semantic", semantic_qs[i % len(semantic_qs)]),
                         ("miss", f"Is there parking near the venue for event number {i} this evening?")):
-            req, opened = _request(q), []
-            t0, c0 = time.perf_counter(), time.process_time()
-            # before_embed: where cache.semantic.head_start would open the backend call.
-            look = await cache.lookup(req, "default", CacheDirectives(), partial(_stamp, opened))
-            ms, cpu = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
-            if look.outcome == kind:  # a few paraphrases normalise to a stored question: exact, not semantic
-                out[kind].append(ms)
-                out[kind + "_cpu"].append(cpu)
-                if kind == "miss":
-                    out["head start"].append((opened[0] - t0) * 1000)
-    await _stages(cache, encoder, semantic_qs, n, out)
-    await cache.aclose()
-    models.close()
-    return out
+            for name in order if i % 2 == 0 else order[::-1]:
+                children[name].ask(kind, q)
+    for i in range(n):
+        for name in order if i % 2 == 0 else order[::-1]:
+            children[name].ask("stages", i)
+    return {name: json.loads(child.ask("end")) for name, child in children.items()}
 
 
 def _timed(fn: Callable[[list[str]], object], arg: list[str]) -> float:
@@ -177,14 +251,14 @@ def _stamp(into: list[float]) -> None:
 _STAGES = ("keys", "exact probe", "embed (batcher)", "embed (direct)", "search", "guard")
 
 
-async def _stages(cache: ResponseCache, encoder: OnnxEncoder, semantic_qs: list[str], n: int,
+async def _stages(cache: ResponseCache, encoder: OnnxEncoder, semantic_qs: list[str], rounds: range,
                   out: dict[str, list[float]]) -> None:
     """Each step of ``ResponseCache.lookup`` timed on its own (``stage|outcome`` -> ms), so the
     breakdown adds up to the lookup: key building, exact probe, the embedding through the worker
     thread and called directly (the hand-off's cost), the nearest-neighbour search, the hit guard."""
     matcher, store = cache.matcher, cache.store
     assert matcher is not None
-    for i in range(n):
+    for i in rounds:
         for kind, q in (("semantic", semantic_qs[i % len(semantic_qs)]),
                         ("miss", f"Is there parking near the venue for event number {i} this evening?")):
             req, steps = _request(q), []
@@ -284,6 +358,9 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--lookup-child":
+        _lookup_child(sys.argv[2])
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entries", type=int, default=100_000)
     ap.add_argument("--requests", type=int, default=300)
@@ -337,19 +414,29 @@ def main() -> None:
                 stderr=subprocess.DEVNULL))
         servers = {name: psutil.Process(p.pid) for name, p in zip(gateways, procs[1:], strict=True)}
 
-        def gateways_idle() -> None:
-            for name, p in zip(gateways, procs[1:], strict=True):
-                wait_ready(f"http://127.0.0.1:{ports[name]}/health", p, timeout=900)
-                print(f"gateway {name!r} ready {time.perf_counter() - t0:.0f} s into the run")
-                if server_core is not None:
-                    _pin_all_threads(p.pid, server_core)
-
-        # The in-process cache loads the same file and builds its graph on the client core while
-        # the gateways build theirs (the 100k-row builds overlap); its lookups are timed once the
-        # gateways are ready and idle.
+        # The cache stage alone, in a process per checkout ("now", and "before" with --before): each
+        # loads the same file and builds its graph while the gateways build theirs (the 100k-row
+        # builds overlap); their lookups are timed once the gateways are ready, pinned and idle.
+        spec = tmp / "lookup.json"
+        spec.write_text(json.dumps({"settings": settings.model_dump(mode="json"), "semantic": semantic_qs}))
+        children = {name: _LookupChild(gateways[name][0], spec) for name in ("now", "before") if name in gateways}
+        for name, p in zip(gateways, procs[1:], strict=True):
+            wait_ready(f"http://127.0.0.1:{ports[name]}/health", p, timeout=900)
+            print(f"gateway {name!r} ready {time.perf_counter() - t0:.0f} s into the run")
+            if server_core is not None:
+                _pin_all_threads(p.pid, server_core)
+        for child in children.values():
+            child.wait_ready()
+            if client_core is not None:
+                _pin_all_threads(child.proc.pid, client_core)
+        print(f"lookup processes ready {time.perf_counter() - t0:.0f} s into the run")
         if client_core is not None:
             os.sched_setaffinity(0, {client_core})
-        lookup_ms = asyncio.run(_lookup_ms(settings, exact_qs, semantic_qs, args.requests, gateways_idle))
+        try:
+            lookups = _lookup_ms(children, exact_qs, semantic_qs, args.requests)
+        finally:
+            for child in children.values():
+                child.stop()
         clients = {name: _RawClient(port) for name, port in ports.items()}
         try:
             # Keep the paraphrases every gateway serves semantically (some equal a question after
@@ -411,22 +498,36 @@ def main() -> None:
                   f"p99 {_pct(a, 99):6.2f} vs {_pct(b, 99):6.2f} ms ({_pct(a, 99) / _pct(b, 99):.2f}x)  "
                   f"server CPU {cpu_ms['now'][kind]:5.2f} vs {cpu_ms['before'][kind]:5.2f} ms/req "
                   f"({cpu_ms['now'][kind] / cpu_ms['before'][kind]:.2f}x)")
-    print("\ncache stage alone, in process (the request path's cost before the backend / the replay):")
+    _print_lookups(lookups, args.before)
+
+
+def _print_lookups(lookups: dict[str, dict[str, list[float]]], before: Path | None) -> None:
+    now = lookups["now"]
+    old = lookups.get("before")
+    print("\ncache stage alone, in process (the request path's cost before the backend / the replay)"
+          + (f";\nnow vs before ({before}), each lookup alternating between the two processes on one core:" if old else ":"))
     for kind, goal in (("exact", "hit"), ("semantic", "hit"), ("miss", "goal p50 <= 3 ms")):
-        xs, cpu = lookup_ms[kind], lookup_ms[kind + "_cpu"]
+        xs, cpu = now[kind], now[kind + "_cpu"]
         print(f"  {kind:<9} p50 {_pct(xs, 50):6.2f} ms  p99 {_pct(xs, 99):6.2f} ms  CPU p50 {_pct(cpu, 50):5.2f} ms "
               f"p99 {_pct(cpu, 99):5.2f} ms  ({len(xs)} lookups; {goal})")
-    hs = lookup_ms["head start"]
+        if old:
+            ys = old[kind]
+            print(f"  {'  before':<9} p50 {_pct(ys, 50):6.2f} ms  p99 {_pct(ys, 99):6.2f} ms  CPU p50 "
+                  f"{_pct(old[kind + '_cpu'], 50):5.2f} ms  -> now/before p50 {_pct(xs, 50) / _pct(ys, 50):.2f}x  "
+                  f"p99 {_pct(xs, 99) / _pct(ys, 99):.2f}x")
+    hs = now["head start"]
     print(f"  miss with cache.semantic.head_start: the backend call opens after p50 {_pct(hs, 50):6.3f} ms  "
           f"p99 {_pct(hs, 99):6.3f} ms (keys + exact probe; the embedding and search overlap the call)")
     print("\nits steps, each timed alone (ms, p50 / p99; the lookup hands the embedding to the batcher's thread;\n"
           "'direct' calls the same encoder on the loop's thread, which of the two runs first alternating):")
-    print(f"  {'step':<20} {'semantic hit':>16} {'miss':>16}")
+    cols = [("now", "semantic hit", "semantic"), ("now", "miss", "miss")]
+    if old:
+        cols += [("before", "miss, before", "miss")]
+    print(f"  {'step':<20} " + " ".join(f"{title:>16}" for _, title, _ in cols))
     for name in _STAGES:
-        cells = [f"{_pct(lookup_ms[f'{name}|{k}'], 50):6.3f} / {_pct(lookup_ms[f'{name}|{k}'], 99):6.3f}"
-                 for k in ("semantic", "miss")]
-        print(f"  {name:<20} {cells[0]:>16} {cells[1]:>16}")
-
+        cells = [f"{_pct(lookups[who][f'{name}|{k}'], 50):6.3f} / {_pct(lookups[who][f'{name}|{k}'], 99):6.3f}"
+                 for who, _, k in cols]
+        print(f"  {name:<20} " + " ".join(f"{c:>16}" for c in cells))
 
 if __name__ == "__main__":
     main()
