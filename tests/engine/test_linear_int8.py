@@ -135,3 +135,34 @@ def test_packed_dense_serves_many_row_calls_bit_identically_and_int8_serves_few(
     int8_only = Int8Linear(w, b)  # no dense weight: always the int8 kernel
     assert torch.equal(layer(few), int8_only(few))
     assert not Int8Linear(w, b).prepack()  # nothing to pack without a kept dense weight
+
+
+def test_with_the_kernel_packed_dense_serves_only_past_the_crossover(monkeypatch: pytest.MonkeyPatch) -> None:
+    """int8-dense-prefill with blink::int8_gemv built: up to GEMV_DENSE_MAX_ROWS rows the kernel
+    beats the packed bf16 GEMM and serves them; more rows use the packed dense weight."""
+    from blink.engine.kernels.int8_gemv import int8_gemv_available
+    from blink.engine.layers.linear_int8 import GEMV_DENSE_MAX_ROWS
+    from blink.engine.layers.packed_linear import cpu_bf16_packing_supported
+
+    torch.manual_seed(0)
+    w, b = (torch.randn(96, 64) * 0.1).bfloat16(), torch.randn(96).bfloat16()
+    if not (int8_gemv_available() and cpu_bf16_packing_supported(w)):
+        pytest.skip("needs blink::int8_gemv and oneDNN bf16 packing (every CI machine here has both)")
+    layer = Int8Linear(w, b, keep_dense=True, gemv=True)
+    assert layer.prepack()
+    int8_only = Int8Linear(w, b, gemv=True)
+    calls: list[int] = []
+    real = torch.ops.blink.int8_gemv
+
+    def counting(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        calls.append(x.shape[0])
+        return real(x, q, s)
+
+    monkeypatch.setattr(torch.ops.blink, "int8_gemv", counting)
+    for rows in (1, 4, GEMV_DENSE_MAX_ROWS):
+        few = torch.randn(rows, 64).bfloat16()
+        assert torch.equal(layer(few), int8_only(few))
+    assert calls == [1, 1, 4, 4, GEMV_DENSE_MAX_ROWS, GEMV_DENSE_MAX_ROWS]
+    many = torch.randn(GEMV_DENSE_MAX_ROWS + 1, 64).bfloat16()
+    assert torch.equal(layer(many), torch.nn.functional.linear(many, w, b))
+    assert len(calls) == 6

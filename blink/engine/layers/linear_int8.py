@@ -5,9 +5,10 @@ in one byte instead of two or four cuts the bytes per step by 2-4x. Weights get 
 scale per output channel (row); activations stay in bf16, so no calibration data is needed.
 The matmul is PyTorch's ``_weight_int8pack_mm`` (int8 weights, bf16 activations): measured on
 this CPU for SmolLM2's 49152x576 LM head at batch 1 it took 2.2 ms against 5.3 ms for bf16 and
-9.9 ms for fp32 ``F.linear`` (2 threads, shared machine). At 1-3 rows (decode) our own AVX-512
+9.9 ms for fp32 ``F.linear`` (2 threads, shared machine). At 1-64 rows our own AVX-512
 kernel ``blink::int8_gemv`` (kernels/int8_gemv.py) replaces it where it builds: same result up to
-fp32 summation order, faster at streaming the weights.
+fp32 summation order, faster at streaming the weights; at 4-64 rows it runs bf16 dot products
+(vdpbf16ps) on the widened int8 weights, ahead of aten's int8 kernel at every row count.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from torch import nn
 
 from blink.engine.errors import EngineError
+from blink.engine.kernels.int8_gemv import MAX_ROWS as GEMV_MAX_ROWS
 from blink.engine.kernels.int8_gemv import int8_gemv_available
 from blink.engine.layers.packed_linear import packed_copy, packed_linear
 
@@ -30,8 +32,12 @@ _K_MULTIPLE = 16
 # weights): int8 vs packed bf16 10.9 vs 14.3 ms at 1 row, 12.5 vs 15.1 at 2, 14.8 vs 11.5 at 4,
 # 34.8 vs 15.9 at 16.
 DENSE_MIN_ROWS = 4
-# Calls of up to this many rows use blink::int8_gemv instead of aten's int8 kernel.
-GEMV_MAX_ROWS = 3
+# Where blink::int8_gemv is built (it serves 1-GEMV_MAX_ROWS rows, instead of aten's int8 kernel at
+# every row count), calls of up to this many rows use it even when the pre-packed bf16 weight is
+# kept. benchmarks/int8_gemv.py (SmolLM2's 121 linears of a step, cold weights, 1 thread, shared
+# machine, 02:22 UTC): ours vs packed bf16 14.9 vs 31.4 ms at 4 rows, 17.3 vs 26.5 at 8, 42.8 vs
+# 47.9 at 16, 82.5 vs 84.5 at 32, 139.9 vs 103.3 at 64; 16 keeps a margin until a quiet 2-thread run.
+GEMV_DENSE_MAX_ROWS = 16
 # "int8": int8 weights only; "int8-dense-prefill": also keeps the loaded weights for prefill.
 QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill")
 
@@ -80,9 +86,18 @@ class Int8Linear(nn.Module):
         self.packed_dense = None if self.dense is None else packed_copy(self.dense)
         return self.packed_dense is not None
 
+    def _dense_min_rows(self) -> int:
+        """Fewest rows served by the kept dense weight: past our kernel's crossover against the
+        packed bf16 GEMM where both exist, else DENSE_MIN_ROWS (aten's int8 kernel, or an unpacked
+        dense weight such as fp32's, which stays the exact prefill path)."""
+        if self.gemv and self.packed_dense is not None and not torch.compiler.is_compiling():
+            return GEMV_DENSE_MAX_ROWS + 1
+        return DENSE_MIN_ROWS
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
-        if self.dense is not None and x.numel() >= DENSE_MIN_ROWS * self.in_features:
+        rows = x.numel() // self.in_features
+        if self.dense is not None and rows >= self._dense_min_rows():
             if not torch.compiler.is_compiling() and self.packed_dense is not None:
                 y = packed_linear(x, self.packed_dense, self.bias)
             else:
@@ -91,7 +106,10 @@ class Int8Linear(nn.Module):
         x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
         if self._pad:
             x2 = torch.nn.functional.pad(x2, (0, self._pad))
-        if self.gemv and x2.shape[0] <= GEMV_MAX_ROWS:
+        # Inside torch.compile graphs (the decode graph serves < DENSE_MIN_ROWS rows) many-row calls
+        # stay aten's, which inductor's freezing may lower to its own int8 GEMM.
+        gemv_max = DENSE_MIN_ROWS - 1 if torch.compiler.is_compiling() else GEMV_MAX_ROWS
+        if self.gemv and rows <= gemv_max:
             y = torch.ops.blink.int8_gemv(x2, self.qweight, self.scales)
         else:
             y = torch.ops.aten._weight_int8pack_mm(x2, self.qweight, self.scales)
