@@ -87,7 +87,7 @@ def test_kernel_rejects_what_it_does_not_serve() -> None:
 
 
 @needs_avx512
-def test_int8_linear_uses_kernel_up_to_max_rows_and_aten_beyond(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_int8_linear_uses_kernel_in_max_rows_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     w, b = torch.randn(96, 80), torch.randn(96)
     ours, aten = Int8Linear(w, b, gemv=True), Int8Linear(w, b, gemv=False)
@@ -99,12 +99,12 @@ def test_int8_linear_uses_kernel_up_to_max_rows_and_aten_beyond(monkeypatch: pyt
         return real(x, q, s)
 
     monkeypatch.setattr(torch.ops.blink, "int8_gemv", counting)
-    for rows in (1, 3, 4, 17, MAX_ROWS, MAX_ROWS + 1):
+    for rows in (1, 3, 4, 17, MAX_ROWS, 2 * MAX_ROWS + 5):
         x = torch.randn(rows, 80).to(torch.bfloat16)
         y, ref = ours(x), aten(x)
         assert y.dtype == ref.dtype == torch.bfloat16
         assert _relative_error(y, ref.float()) < 2**-6
-    assert calls == [1, 3, 4, 17, MAX_ROWS]  # more rows than the kernel serves keep aten's
+    assert calls == [1, 3, 4, 17, MAX_ROWS, MAX_ROWS, MAX_ROWS, 5]
 
 
 @needs_avx512
