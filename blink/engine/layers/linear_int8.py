@@ -27,16 +27,18 @@ _INT8_MAX = 127.0
 # 2.13), so K is zero-padded to a multiple of 16 (all Llama-family widths already are).
 _K_MULTIPLE = 16
 # From this many rows on (prefill chunks, batches of 4+ decodes) the oneDNN bf16 GEMM on the
-# pre-packed dense weight beats the int8-weight kernel, so such calls use the full-precision
-# weight when kept. Measured here (AVX512-BF16, 2 threads, SmolLM2's 120 linears per step, cold
-# weights): int8 vs packed bf16 10.9 vs 14.3 ms at 1 row, 12.5 vs 15.1 at 2, 14.8 vs 11.5 at 4,
+# pre-packed dense weight beats aten's int8-weight kernel, so such calls use the full-precision
+# weight when kept (with ours built: only inside compiled graphs, see GEMV_DENSE_MAX_ROWS).
+# Measured here (AVX512-BF16, 2 threads, SmolLM2's 120 linears per step, cold weights): int8 vs packed bf16 10.9 vs 14.3 ms at 1 row, 12.5 vs 15.1 at 2, 14.8 vs 11.5 at 4,
 # 34.8 vs 15.9 at 16.
 DENSE_MIN_ROWS = 4
 # Where blink::int8_gemv is built (it serves 1-GEMV_MAX_ROWS rows, instead of aten's int8 kernel at
 # every row count), calls of up to this many rows use it even when the pre-packed bf16 weight is
-# kept. benchmarks/int8_gemv.py (SmolLM2's 121 linears of a step, cold weights, 1 thread, shared
-# machine, 02:22 UTC): ours vs packed bf16 14.9 vs 31.4 ms at 4 rows, 17.3 vs 26.5 at 8, 42.8 vs
-# 47.9 at 16, 82.5 vs 84.5 at 32, 139.9 vs 103.3 at 64; 16 keeps a margin until a quiet 2-thread run.
+# kept. benchmarks/int8_gemv.py (SmolLM2's 121 linears of a step, cold weights, loaded shared
+# machine, 02:31 UTC), ours vs packed bf16 ms per step, 1 thread: 15.6 vs 29.4 at 4 rows, 25.7 vs
+# 33.9 at 8, 44.8 vs 58.1 at 16, 59.0 vs 54.5 at 32, 118.4 vs 100.7 at 64; 2 threads: 1.79x at 8,
+# 1.20x at 16, 1.11x at 32, 1.08x at 64. Both are vdpbf16ps-bound from ~32 rows (ours also widens
+# the int8), so the crossover sits between 16 and 32.
 GEMV_DENSE_MAX_ROWS = 16
 # "int8": int8 weights only; "int8-dense-prefill": also keeps the loaded weights for prefill.
 QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill")
