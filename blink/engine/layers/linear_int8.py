@@ -28,9 +28,9 @@ _INT8_MAX = 127.0
 _K_MULTIPLE = 16
 # From this many rows on (prefill chunks, batches of 4+ decodes) the oneDNN bf16 GEMM on the
 # pre-packed dense weight beats aten's int8-weight kernel, so such calls use the full-precision
-# weight when kept (with ours built: only inside compiled graphs, see GEMV_DENSE_MAX_ROWS).
-# Measured here (AVX512-BF16, 2 threads, SmolLM2's 120 linears per step, cold weights): int8 vs packed bf16 10.9 vs 14.3 ms at 1 row, 12.5 vs 15.1 at 2, 14.8 vs 11.5 at 4,
-# 34.8 vs 15.9 at 16.
+# weight when kept (where ours serves a packed layer eagerly: see GEMV_DENSE_MAX_ROWS). Measured
+# here (AVX512-BF16, 2 threads, SmolLM2's 120 linears per step, cold weights): int8 vs packed bf16
+# 10.9 vs 14.3 ms at 1 row, 12.5 vs 15.1 at 2, 14.8 vs 11.5 at 4, 34.8 vs 15.9 at 16.
 DENSE_MIN_ROWS = 4
 # Where blink::int8_gemv is built (it serves 1-GEMV_MAX_ROWS rows, instead of aten's int8 kernel at
 # every row count), calls of up to this many rows use it even when the pre-packed bf16 weight is
