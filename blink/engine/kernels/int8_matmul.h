@@ -4,11 +4,17 @@
 //
 // Semantics are aten's _weight_int8pack_mm: y[m, n] = bf16((sum_k x[m, k] * w[n, k]) * scale[n])
 // with fp32 accumulation, x bf16 [M, K], w int8 [N, K] row-major, scale bf16 [N]. Only the fp32
-// summation order differs.
+// summation order differs (and, from 4 rows on, vdpbf16ps reads bf16 denormals, |x| < 1.2e-38, as
+// zero).
 //
 // Why our own: aten's kernel streams only 5.8 GB/s on 1 thread and 9.5 GB/s on 2 here (SmolLM2's
 // 210 linears per step, cold weights); decode at 1-3 rows is bound by how fast the int8 weights
-// stream, and this loop reaches the machine's ~27 GB/s on 2 threads.
+// stream, and the fp32 loop below reaches the machine's ~27 GB/s on 2 threads. From 4 rows on the
+// matmul is compute-bound and a bf16 dot-product path takes over (~80-95 GMAC/s per core here, of
+// vdpbf16ps's ~110 peak; aten's int8 kernel is 2.4-3x slower per SmolLM2 step at 4-64 rows).
+//
+// Callers splitting rows across threads: ranges that start at multiples of 8 (kBlockRows) keep
+// ragged blocks to the ends. Each thread's bf16 path keeps a thread_local buffer of 8 * K * 2 bytes.
 #pragma once
 
 #include <c10/util/BFloat16.h>
