@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+import uvloop
 from _proc import free_port, wait_ready
 
 from blink.config import CacheSettings
@@ -184,7 +185,9 @@ def _lookup_child(spec_file: str) -> None:
         await cache.aclose()
         models.close()
 
-    asyncio.run(run())
+    # The loop blink serve runs (uvicorn's loop="uvloop"): the embedding's hand-back to it is a
+    # cross-thread wake-up, which costs differently on asyncio's default loop.
+    uvloop.run(run())
 
 
 class _LookupChild:
