@@ -4,8 +4,8 @@
 //
 // Semantics are aten's _weight_int8pack_mm: y[m, n] = bf16((sum_k x[m, k] * w[n, k]) * scale[n])
 // with fp32 accumulation, x bf16 [M, K], w int8 [N, K] row-major, scale bf16 [N]. Only the fp32
-// summation order differs (and, from 4 rows on, vdpbf16ps reads bf16 denormals, |x| < 1.2e-38, as
-// zero).
+// summation order differs (and, from 4 rows on, bf16 denormals, |v| < 1.2e-38, count as zero in x
+// and in y: vdpbf16ps and vcvtneps2bf16 ignore MXCSR and flush them).
 //
 // Why our own: aten's kernel streams only 5.8 GB/s on 1 thread and 9.5 GB/s on 2 here (SmolLM2's
 // 210 linears per step, cold weights); decode at 1-3 rows is bound by how fast the int8 weights
