@@ -56,13 +56,17 @@ def test_kernel_matches_aten_weight_int8pack_mm(m: int) -> None:
 @needs_avx512
 @pytest.mark.parametrize("m", [1, 3, 4, 16, 17, MAX_ROWS])
 def test_rows_computes_exactly_a_ragged_range(m: int) -> None:
-    """One ``rows(n0, n1)`` call (int8_gemv_rows, single-threaded) writes the rows of that range,
-    equal to the whole matmul's, and nothing else; the parallel wrapper agrees at 1 and 2 threads."""
+    """One ``rows(n0, n1)`` call (int8_gemv_rows, single-threaded, row-strided x and y, unaligned
+    scratch) writes the rows of that range, equal to the whole matmul's, and nothing else; the
+    parallel wrapper agrees at 1 and 2 threads."""
     assert int8_gemv_available()
     x, w, s = _operands(m, 75, 576, seed=m)
     full = torch.ops.blink.int8_gemv(x, w, s)
+    wide = torch.zeros(m, 576 + 32, dtype=torch.bfloat16)
+    wide[:, :576] = x
+    strided = wide[:, :576]  # ldx = 608
     for n0, n1 in ((0, 75), (0, 1), (3, 10), (5, 70), (17, 18), (61, 75)):
-        part = torch.ops.blink.int8_gemv_rows(x, w, s, n0, n1)
+        part = torch.ops.blink.int8_gemv_rows(strided, w, s, n0, n1, 80)
         assert torch.equal(part[:, n0:n1], full[:, n0:n1]), (n0, n1)
         assert part[:, :n0].isnan().all() and part[:, n1:].isnan().all(), (n0, n1)
     torch.set_num_threads(2)

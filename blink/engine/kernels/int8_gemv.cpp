@@ -55,21 +55,24 @@ at::Tensor int8_gemv(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   return y;
 }
 
-// Test-only: output rows [n0, n1) from one rows() call on one thread, NaN elsewhere, so a test
-// sees both the ragged-range results and that nothing outside the range was written.
+// Test-only: output rows [n0, n1) from one rows() call on one thread into a NaN-filled y whose
+// rows are ldy >= N apart (returned whole, [M, ldy]), so a test sees the ragged-range results,
+// that nothing else was written, and the strides: x may be a row-strided view (ldx = its stride),
+// and the scratch sits one byte off alignment, as a caller's buffer may.
 at::Tensor int8_gemv_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scales,
-                          int64_t n0, int64_t n1) {
+                          int64_t n0, int64_t n1, int64_t ldy) {
   check_args(x, w, scales);
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  TORCH_CHECK(0 <= n0 && n0 < n1 && n1 <= N, "int8_gemv_rows: need 0 <= n0 < n1 <= N");
-  auto xc = x.contiguous();
+  TORCH_CHECK(0 <= n0 && n0 < n1 && n1 <= N && ldy >= N, "int8_gemv_rows: need 0 <= n0 < n1 <= N <= ldy");
+  TORCH_CHECK(x.stride(1) == 1, "int8_gemv_rows: x rows must be contiguous");
   auto wc = w.contiguous();
   auto sc = scales.contiguous();
-  auto scratch = at::empty({mm::scratch_bytes(M, K)}, x.options().dtype(at::kByte));
-  mm::prepare(xc.data_ptr<c10::BFloat16>(), K, M, K, scratch.data_ptr());
-  auto y = at::full({M, N}, NAN, x.options());
-  mm::rows(scratch.data_ptr(), M, K, wc.data_ptr<int8_t>(), sc.data_ptr<c10::BFloat16>(),
-           y.data_ptr<c10::BFloat16>(), N, n0, n1);
+  auto scratch = at::empty({mm::scratch_bytes(M, K) + 1}, x.options().dtype(at::kByte));
+  void* sp = scratch.data_ptr<uint8_t>() + 1;
+  mm::prepare(x.data_ptr<c10::BFloat16>(), x.stride(0), M, K, sp);
+  auto y = at::full({M, ldy}, NAN, x.options());
+  mm::rows(sp, M, K, wc.data_ptr<int8_t>(), sc.data_ptr<c10::BFloat16>(), y.data_ptr<c10::BFloat16>(), ldy,
+           n0, n1);
   return y;
 }
 
@@ -78,7 +81,7 @@ at::Tensor int8_gemv_rows(const at::Tensor& x, const at::Tensor& w, const at::Te
 // FRAGMENT: the blink namespace is shared with the attention kernels and paged_decode_op.py.
 TORCH_LIBRARY_FRAGMENT(blink, m) {
   m.def("int8_gemv(Tensor x, Tensor w, Tensor scales) -> Tensor");
-  m.def("int8_gemv_rows(Tensor x, Tensor w, Tensor scales, int n0, int n1) -> Tensor");
+  m.def("int8_gemv_rows(Tensor x, Tensor w, Tensor scales, int n0, int n1, int ldy) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(blink, CPU, m) {
   m.impl("int8_gemv", &int8_gemv);
