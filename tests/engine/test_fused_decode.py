@@ -50,7 +50,7 @@ def same_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
     4+ rows, sums in another fp32 order, and one bf16 rounding flip then spreads through the
     layers (5% of a batch-16 step's logits differed by up to 0.05 on tiny Qwen3, argmax equal).
     With the same matmul the fused step rounds to bf16 exactly where eager does: bit-identical."""
-    monkeypatch.setattr(linear_int8, "GEMV_MAX_ROWS", MAX_ROWS)
+    monkeypatch.setattr(linear_int8, "GEMV_MAX_ROWS", MAX_ROWS)  # 32 >= every batch tested here
 
 
 @needs_avx512

@@ -27,8 +27,11 @@ from blink.engine.kernels.build import cpu_has_avx512, load_extension
 
 log = logging.getLogger(__name__)
 
-# Decode rows one fused call serves: int8_matmul.h's kMaxRows (64).
-MAX_ROWS = 64
+# Decode rows one fused call serves (the kernel takes up to int8_matmul.h's kMaxRows = 64). Beyond
+# this the eager step's oneDNN-packed bf16 GEMMs win: SmolLM2 shape, 2 threads, fused vs eager
+# (benchmarks/decode_compile.py --batch N, alternating, loaded machine) 1.34x tok/s at 16 rows,
+# 1.07x (CPU per token 1.01x) at 32, 0.32x (CPU 0.74x) at 64.
+MAX_ROWS = 32
 # ``BLINK_FUSED_DECODE=off`` turns the fused step off (A/B benchmarks, the fallback test).
 ENV_SWITCH = "BLINK_FUSED_DECODE"
 _SOURCE = Path(__file__).with_name("decode_step.cpp")
