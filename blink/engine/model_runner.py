@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from blink.engine.compiled_decode import CompiledDecode
+from blink.engine.compiled_decode import MAX_BATCH, CompiledDecode
 from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
@@ -104,7 +104,9 @@ class ModelRunner:
         self.fused_decode = self._fused is not None
         self.compile_seconds = 0.0
         self._decode_graph: CompiledDecode | None = None
-        if config.compile:
+        # The fused step serves every batch the graph would (1-3 rows), so compiling (minutes)
+        # would only be wasted start-up time.
+        if config.compile and (self._fused is None or not self._fused.serves(MAX_BATCH - 1)):
             self._compile_decode()
 
     @torch.inference_mode()

@@ -167,3 +167,16 @@ def test_ineligible_models_keep_the_old_path(tiny_llama: Path) -> None:
         assert not runner.fused_decode
         logits = runner.execute_spans([RunSpan("a", [5, 6, 7], 0, [0])])
         assert logits.shape == (1, runner.vocab_size) and bool(torch.isfinite(logits).all())
+
+
+@needs_avx512
+def test_fused_step_makes_compiling_unnecessary(tiny_llama: Path) -> None:
+    """The compiled graph serves only 1-3 rows, all of which the fused step takes: no compile."""
+    cfg = EngineConfig(
+        model=str(tiny_llama), dtype="bfloat16", quantization="int8", threads=1, max_model_len=512, compile=True
+    )
+    runner = ModelRunner(cfg, num_blocks=8)
+    assert runner.fused_decode and runner.compile_seconds == 0.0
+    logits = runner.execute_spans([RunSpan("a", [5, 6, 7], 0, [0])])
+    logits = runner.execute_spans([RunSpan("a", [int(logits.argmax())], 3, [0])])
+    assert logits.shape == (1, runner.vocab_size)
