@@ -11,7 +11,7 @@
 // embedding bf16; x = bf16(hidden + residual); RMSNorm bf16(w * bf16(x * rsqrt(mean(x^2) + eps)))
 // with the statistics in fp32; linear outputs bf16 (bias added in bf16); rope with bf16 cos/sin,
 // bf16(bf16(x1 cos) - bf16(x2 sin)) | bf16(bf16(x2 cos) + bf16(x1 sin)); attention as
-// decode_attention.h; bf16(bf16(silu(gate)) * up); the LM head's bf16 output widened to fp32.
+// decode_attention.h; bf16(bf16(silu(gate)) * up) (silu from a table F.silu made); the LM head's bf16 output widened to fp32.
 // The matmuls are int8_matmul.h's (fp32 accumulation; summation order may differ from aten's).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -148,7 +148,8 @@ class DecodeStep : public torch::CustomClassHolder {
  public:
   // dims: hidden, intermediate, heads, kv_heads, head_dim, vocab, qk_norm (0/1).
   // globals: embedding [V, hidden] bf16, final norm [hidden], lm head weight [V, hidden] int8,
-  //          its scale [V] bf16, cos_sin [max_pos, head_dim] fp32.
+  //          its scale [V] bf16, cos_sin [max_pos, head_dim] fp32, silu_table [65536] bf16
+  //          (F.silu of every bf16 bit pattern, see the MLP phase).
   // layers: per layer kPerLayer tensors in this order: input norm, qkv weight, scale, bias,
   //         q_norm, k_norm, o weight, scale, bias, post norm, gate_up weight, scale, bias,
   //         down weight, scale, bias, k_cache, v_cache ([blocks, block_size, KVH, D] bf16).
@@ -163,11 +164,12 @@ class DecodeStep : public torch::CustomClassHolder {
     vocab_ = dims[5], qk_norm_ = dims[6] != 0;
     TORCH_CHECK(dim_ % attn::kLanes == 0 && heads_ % kv_heads_ == 0 && heads_ / kv_heads_ <= 64,
                 "DecodeStep: head_dim % 16, GQA group <= 64");
-    TORCH_CHECK(globals.size() == 5, "DecodeStep: 5 global tensors");
+    TORCH_CHECK(globals.size() == 6, "DecodeStep: 6 global tensors");
     embed_ = bf16_tensor(globals[0], {vocab_, hidden_}, "embedding");
     final_norm_ = bf16_tensor(globals[1], {hidden_}, "final norm");
     lm_head_ = linear(globals[2], globals[3], at::Tensor(), vocab_, hidden_, "lm head");
     cos_sin_ = globals[4].contiguous();
+    silu_ = bf16_tensor(globals[5], {65536}, "silu table");
     TORCH_CHECK(cos_sin_.scalar_type() == at::kFloat && cos_sin_.dim() == 2 && cos_sin_.size(1) == dim_,
                 "DecodeStep: cos_sin [max_pos, head_dim] fp32");
     TORCH_CHECK(layers.size() % kPerLayer == 0, "DecodeStep: ", kPerLayer, " tensors per layer");
@@ -380,13 +382,15 @@ class DecodeStep : public torch::CustomClassHolder {
       split(inter_, t, threads, n0, n1);
       matmul_rows(l.gate_up, prep, M, gate_up_.data(), 2 * inter_, n0, n1);
       matmul_rows(l.gate_up, prep, M, gate_up_.data(), 2 * inter_, inter_ + n0, inter_ + n1);
+      // bf16(silu(gate)) is looked up: the gate is bf16, so a 65536-entry table made by F.silu
+      // itself is eager's result by construction, and scalar expf per element cost ~10% of a
+      // batch-1 step (py-spy, SmolLM2 shape, 1 thread).
+      const bf16* silu = silu_.data_ptr<bf16>();
       for (int64_t m = 0; m < M; ++m) {
         const bf16* g = gate_up_.data() + m * 2 * inter_;
         bf16* a = act_.data() + m * inter_;
-        for (int64_t n = n0; n < n1; ++n) {
-          const float x = static_cast<float>(g[n]);
-          a[n] = static_cast<bf16>(bf(x / (1.f + std::exp(-x))) * static_cast<float>(g[inter_ + n]));
-        }
+        for (int64_t n = n0; n < n1; ++n)
+          a[n] = static_cast<bf16>(static_cast<float>(silu[g[n].x]) * static_cast<float>(g[inter_ + n]));
       }
 #pragma omp barrier
       // 5. residual stored; down projection.
@@ -408,7 +412,7 @@ class DecodeStep : public torch::CustomClassHolder {
   float eps_, scale_;
   int64_t hidden_ = 0, inter_ = 0, heads_ = 0, kv_heads_ = 0, dim_ = 0, vocab_ = 0;
   bool qk_norm_ = false;
-  at::Tensor embed_, final_norm_, cos_sin_;
+  at::Tensor embed_, final_norm_, cos_sin_, silu_;
   Linear lm_head_;
   std::vector<Layer> layers_;
   // Shared activations [M, ...] bf16, grown on demand.

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from blink.engine.kernels.build import cpu_has_avx512, load_extension
 
@@ -143,7 +144,10 @@ def _tensors(model: Any) -> tuple[list[int], float, float, list[torch.Tensor], l
         shape.hidden_size, shape.intermediate_size, shape.num_heads, shape.num_kv_heads,
         shape.head_dim, shape.vocab_size, int(qk_norm),
     ]
-    globals_ = [embed.detach(), _norm(stack.norm, eps, "final norm"), *lm, stack.rotary_emb.cos_sin]
+    # F.silu of every bf16 bit pattern: the step looks bf16(silu(gate)) up instead of computing it.
+    silu = F.silu(torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16))
+    silu_table = torch.cat([silu[2**15 :], silu[: 2**15]])  # indexed by the unsigned bit pattern
+    globals_ = [embed.detach(), _norm(stack.norm, eps, "final norm"), *lm, stack.rotary_emb.cos_sin, silu_table]
     return dims, eps, float(scale or shape.head_dim**-0.5), globals_, layers
 
 
