@@ -25,8 +25,9 @@ T = TypeVar("T")
 
 # <sys/mman.h>: MADV_HUGEPAGE (since Linux 2.6.38).
 _MADV_HUGEPAGE = 14
-# Mappings smaller than this are not the graph (one row of a 384-d index is ~1.7 KB; 8 MB is 4 huge pages).
-_MIN_BYTES = 8 << 20
+# Smaller mappings are left alone: above the 8 MB stack glibc maps for each new thread (one may start
+# meanwhile), below the smallest graph (10k rows past the brute-force threshold, room for 2x: ~34 MB).
+_MIN_BYTES = 16 << 20
 
 
 def _anonymous_regions() -> set[tuple[int, int]]:
@@ -34,7 +35,7 @@ def _anonymous_regions() -> set[tuple[int, int]]:
     with open("/proc/self/maps") as f:
         for line in f:
             parts = line.split()
-            if len(parts) == 5 or (len(parts) > 5 and parts[5] == ""):  # no backing file
+            if len(parts) == 5:  # no path: anonymous (heap, stacks and files are named)
                 lo, hi = (int(x, 16) for x in parts[0].split("-"))
                 if hi - lo >= _MIN_BYTES:
                     regions.add((lo, hi))
