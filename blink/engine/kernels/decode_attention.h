@@ -1,5 +1,6 @@
-// Decode attention of one (sequence, KV head): the math both decode_attention.cpp (the eager and
-// compiled paths) and decode_step.cpp (the fused step) run, so they round alike bit for bit.
+// Decode attention of one (sequence, KV head) for the fused step (decode_step.cpp): the same
+// operations in the same order as decode_attention.cpp's per-sequence loop (the eager and compiled
+// paths), which shares load16/exp_row from here, so both round alike bit for bit.
 //
 // Scores in fp32 (q pre-scaled in fp32), an fp32 softmax with exp16 (simd_exp.h), the weighted
 // sum of values accumulated in fp32 in position order, one rounding to the output dtype.
