@@ -53,6 +53,10 @@ class Workload:
     decode_tokens: int
     streams: int
     stream_tokens: int
+    # Batch-1 decode is timed this many times per engine and the median reported: one 64-token run
+    # is ~0.5 s, and a single disturbed moment moved Blink's figure from ~150-197 to 119.8 tok/s
+    # (session 7, run 1) while the same engine read 176.8 a minute later.
+    decode_reps: int
 
 
 def blink(path: Path, threads: int, dtype: str, quantization: str, w: Workload, compile_mode: str = "",
@@ -88,8 +92,11 @@ def blink(path: Path, threads: int, dtype: str, quantization: str, w: Workload, 
             t0, first, _ = run([rand_prompt(n, 1000 * n + i)], 1)
             samples.append(((first or t0) - t0) * 1000)
         f.ttft_ms[n] = statistics.median(samples)
-    t0, first, total = run([rand_prompt(32, 5)], w.decode_tokens)
-    f.decode_tok_s = (total - 1) / (time.perf_counter() - (first or t0))
+    rates = []
+    for _ in range(w.decode_reps):
+        t0, first, total = run([rand_prompt(32, 5)], w.decode_tokens)
+        rates.append((total - 1) / (time.perf_counter() - (first or t0)))
+    f.decode_tok_s = statistics.median(rates)
     t0, _, total = run([rand_prompt(32, 7000 + i) for i in range(w.streams)], w.stream_tokens)
     f.agg_tok_s = total / (time.perf_counter() - t0)
     return f
@@ -103,8 +110,10 @@ def transformers_eager(path: Path, dtype: str, w: Workload) -> Figures:
     f = Figures()
     f.ttft_ms = {n: statistics.median(hf_generate(model, [rand_prompt(n, 1000 * n + i)], 1) * 1000 for i in range(3))
                  for n in w.lengths}
-    total = hf_generate(model, [rand_prompt(32, 5)], w.decode_tokens)
-    f.decode_tok_s = (w.decode_tokens - 1) / (total - hf_generate(model, [rand_prompt(32, 5)], 1))
+    f.decode_tok_s = statistics.median(
+        (w.decode_tokens - 1) / (hf_generate(model, [rand_prompt(32, 5)], w.decode_tokens)
+                                 - hf_generate(model, [rand_prompt(32, 5)], 1))
+        for _ in range(w.decode_reps))
     t = hf_generate(model, [rand_prompt(32, 7000 + i) for i in range(w.streams)], w.stream_tokens)
     f.agg_tok_s = w.streams * w.stream_tokens / t
     return f
@@ -129,7 +138,7 @@ def peer_job(w: Workload) -> dict[str, object]:
     """The prompts every out-of-process peer times (the same seeds as Blink's and transformers')."""
     return {"warm": rand_prompt(16, 99),
             "ttft": {n: [rand_prompt(n, 1000 * n + i) for i in range(3)] for n in w.lengths},
-            "decode": rand_prompt(32, 5), "decode_tokens": w.decode_tokens,
+            "decode": rand_prompt(32, 5), "decode_tokens": w.decode_tokens, "decode_reps": w.decode_reps,
             "streams": [rand_prompt(32, 7000 + i) for i in range(w.streams)], "stream_tokens": w.stream_tokens}
 
 
@@ -179,6 +188,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lengths", default="32,256,1024")
     ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--decode-reps", type=int, default=3, help="batch-1 decode runs per engine (median reported)")
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--stream-tokens", type=int, default=128)
     ap.add_argument("--llama-cpp-python", default="",
@@ -192,7 +202,8 @@ def main() -> None:
                          "step (compile time printed); default: the fused step where it is available")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    w = Workload([int(x) for x in args.lengths.split(",")], args.decode_tokens, args.streams, args.stream_tokens)
+    w = Workload(lengths=[int(x) for x in args.lengths.split(",")], decode_tokens=args.decode_tokens,
+                 streams=args.streams, stream_tokens=args.stream_tokens, decode_reps=args.decode_reps)
     best = "blink bf16+int8" + (f" compiled ({args.compile})" if args.compile else " fused")
     for shape in args.shapes.split(","):
         with tempfile.TemporaryDirectory() as tmp:

@@ -3,7 +3,7 @@
 Runs in the peers' environment (``/work/peers-venv``: llama-cpp-python + gguf), never in Blink's:
 llama-cpp-python compiles for minutes and is no Blink dependency. Reads one JSON object on
 stdin: ``{"gguf", "threads", "ttft": {n: [prompts]}, "warm", "decode", "decode_tokens",
-"streams": [prompts], "stream_tokens"}``; writes ``{"ttft_ms": {n: ms}, "decode_tok_s",
+"decode_reps", "streams": [prompts], "stream_tokens"}``; writes ``{"ttft_ms": {n: ms}, "decode_tok_s",
 "agg_tok_s"}``. Weights are loaded without repacking: its repacked Q8_0/Q4_0 layouts crashed at
 the first decode on this AMX CPU (shared/ENVIRONMENT.md).
 """
@@ -40,7 +40,7 @@ def main() -> None:
 
     gen(job["warm"], 2)
     ttft = {n: statistics.median(gen(p, 1)[0] * 1000 for p in prompts) for n, prompts in job["ttft"].items()}
-    _, rest = gen(job["decode"], job["decode_tokens"])
+    rest = statistics.median(gen(job["decode"], job["decode_tokens"])[1] for _ in range(job.get("decode_reps", 1)))
     # One llama.cpp context serves streams one after another (its Python API has no batching).
     t0 = time.perf_counter()
     for p in job["streams"]:

@@ -34,7 +34,8 @@ def main() -> None:
     gen([job["warm"]], 2)
     ttft = {n: statistics.median(gen([p], 1) * 1000 for p in prompts) for n, prompts in job["ttft"].items()}
     # Decode rate: n tokens minus the 1-token run of the same prompt leaves n-1 decode steps.
-    rest = gen([job["decode"]], job["decode_tokens"]) - gen([job["decode"]], 1)
+    rest = statistics.median(gen([job["decode"]], job["decode_tokens"]) - gen([job["decode"]], 1)
+                             for _ in range(job.get("decode_reps", 1)))
     agg = len(job["streams"]) * job["stream_tokens"] / gen(job["streams"], job["stream_tokens"])
     print(json.dumps({"ttft_ms": ttft, "decode_tok_s": (job["decode_tokens"] - 1) / rest, "agg_tok_s": agg}))
 
