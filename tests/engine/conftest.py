@@ -32,3 +32,19 @@ def _int8_gemv_built() -> None:
     from blink.engine.kernels.int8_gemv import int8_gemv_available
 
     int8_gemv_available()
+
+
+@pytest.fixture
+def gemv_row_counts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Row counts of every ``torch.ops.blink.int8_gemv`` call the test makes (the op still runs)."""
+    import torch
+
+    calls: list[int] = []
+    real = torch.ops.blink.int8_gemv
+
+    def counting(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        calls.append(x.shape[0])
+        return real(x, q, s)
+
+    monkeypatch.setattr(torch.ops.blink, "int8_gemv", counting)
+    return calls

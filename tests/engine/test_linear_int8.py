@@ -137,7 +137,7 @@ def test_packed_dense_serves_many_row_calls_bit_identically_and_int8_serves_few(
     assert not Int8Linear(w, b).prepack()  # nothing to pack without a kept dense weight
 
 
-def test_with_the_kernel_packed_dense_serves_only_past_the_crossover(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_the_kernel_packed_dense_serves_only_past_the_crossover(gemv_row_counts: list[int]) -> None:
     """int8-dense-prefill with blink::int8_gemv built: up to GEMV_DENSE_MAX_ROWS rows the kernel
     beats the packed bf16 GEMM and serves them; more rows use the packed dense weight."""
     from blink.engine.kernels.int8_gemv import int8_gemv_available
@@ -151,14 +151,7 @@ def test_with_the_kernel_packed_dense_serves_only_past_the_crossover(monkeypatch
     layer = Int8Linear(w, b, keep_dense=True, gemv=True)
     assert layer.prepack()
     int8_only = Int8Linear(w, b, gemv=True)
-    calls: list[int] = []
-    real = torch.ops.blink.int8_gemv
-
-    def counting(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        calls.append(x.shape[0])
-        return real(x, q, s)
-
-    monkeypatch.setattr(torch.ops.blink, "int8_gemv", counting)
+    calls = gemv_row_counts
     for rows in (1, 4, GEMV_DENSE_MAX_ROWS):
         few = torch.randn(rows, 64).bfloat16()
         assert torch.equal(layer(few), int8_only(few))
