@@ -165,9 +165,17 @@ class SqlBatchStore:
         await self._run(schema)
 
     async def aclose(self) -> None:
+        # Under the lock: closing the connection while a worker thread is inside an execute on it
+        # (a batch runner still finishing at shutdown) crashed the process in sqlite3 (segfault in
+        # a CI run at _exec); now the close waits for the statement in flight.
+        def close() -> None:
+            with self._lock:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+
         if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await asyncio.to_thread(conn.close)
+            await asyncio.to_thread(close)
 
     # -- files --------------------------------------------------------------------------------
 
