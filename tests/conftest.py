@@ -7,6 +7,15 @@ from pathlib import Path
 import pytest
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Build the C++ kernels before the first test: cold, they take ~1 min (several on a loaded
+    machine), which would otherwise count against the timeout of whichever test starts the
+    first engine."""
+    from blink.engine.kernels.prebuild import build_all
+
+    build_all()
+
+
 def _quiet_torch() -> None:
     # Four agents share two cores; one intra-op thread keeps test runs from fighting each other.
     import torch

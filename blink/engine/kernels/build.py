@@ -1,27 +1,32 @@
 """Compile and load one of our C++ kernels with ``torch.utils.cpp_extension``, or say why not.
 
-Each kernel is built once per machine (cached in torch's extensions directory) the first time an
-engine starts. Any failure (no compiler, a failed build) is logged once and reported as False so
-the caller keeps its aten path: engine start never fails for want of a compiler.
+Each kernel is built once per checkout and source version the first time an engine starts, in its
+own directory under torch's extensions root (``<name>-<digest>``, the digest covering torch's
+version, the flags, the sources' paths and contents and our shared headers). One shared
+``<name>`` directory made two checkouts (say, CI and a developer's tree) rebuild over each
+other's files on every start. Any failure (no compiler, a failed build) is logged once and
+reported as False so the caller keeps its aten path: engine start never fails for want of a
+compiler.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
-import time
 from pathlib import Path
 
 import torch
 
 log = logging.getLogger(__name__)
 
-# A build takes ~35 s here (up to ~2 min on a loaded machine); a lock older than this was left
-# by a build that was killed, and torch would wait on it forever (engine start would hang).
-STALE_LOCK_SECONDS = 600.0
 # -fopenmp: at::parallel_for's OpenMP region must be compiled in; libgomp.so.1 resolves to the one
 # torch already loaded (same soname), so the kernels run on torch's own thread pool.
 _BASE_CFLAGS = ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mfma", "-fopenmp"]
+_LDFLAGS = ["-fopenmp"]
+# Held (flock) by the process building in a directory; the kernel drops it when that process
+# dies, however it dies, so a waiter never waits on a dead builder.
+_FLOCK_NAME = "blink-build.flock"
 
 
 def cpu_has_avx512() -> bool:
@@ -29,13 +34,23 @@ def cpu_has_avx512() -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX512", "AMX")
 
 
-def drop_stale_lock(lock: Path) -> None:
-    try:
-        if time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
-            lock.unlink()
-            log.warning("removed a stale extension build lock %s", lock)
-    except FileNotFoundError:
-        pass
+def cflags(extra: list[str] | None = None) -> list[str]:
+    """The compiler flags every kernel is built with, plus ``extra``."""
+    return _BASE_CFLAGS + [_headers_define()] + (extra or [])
+
+
+def build_directory(name: str, sources: list[Path], flags: list[str]) -> Path:
+    """``<torch extensions root>/<name>-<digest>``: one directory per checkout and source version."""
+    from torch.utils import cpp_extension
+
+    digest = hashlib.sha256()
+    for part in (torch.__version__, *flags, *_LDFLAGS):
+        digest.update(part.encode() + b"\0")
+    for source in sources:
+        digest.update(str(source.resolve()).encode() + b"\0")
+        digest.update(source.read_bytes())
+    root = Path(cpp_extension._get_build_directory("", verbose=False))  # torch's root, honours TORCH_EXTENSIONS_DIR
+    return root / f"{name}-{digest.hexdigest()[:16]}"
 
 
 def load_extension(name: str, sources: list[Path], extra_cflags: list[str] | None = None) -> bool:
@@ -43,15 +58,24 @@ def load_extension(name: str, sources: list[Path], extra_cflags: list[str] | Non
     try:
         from torch.utils import cpp_extension
 
-        drop_stale_lock(Path(cpp_extension._get_build_directory(name, verbose=False)) / "lock")
-        cpp_extension.load(
-            name=name,
-            sources=[str(s) for s in sources],
-            extra_cflags=_BASE_CFLAGS + [_headers_define()] + (extra_cflags or []),
-            extra_ldflags=["-fopenmp"],
-            is_python_module=False,
-            verbose=False,
-        )
+        flags = cflags(extra_cflags)
+        directory = build_directory(name, sources, flags)
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / _FLOCK_NAME, "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # waits only for a live builder of this directory
+            # torch's own lock file is created and removed by the builder; with our flock held no
+            # live builder is inside, so one still here was left by a build that was killed, and
+            # torch would wait on it forever (engine start would hang).
+            (directory / "lock").unlink(missing_ok=True)
+            cpp_extension.load(
+                name=name,
+                sources=[str(s) for s in sources],
+                extra_cflags=flags,
+                extra_ldflags=_LDFLAGS,
+                build_directory=str(directory),
+                is_python_module=False,
+                verbose=False,
+            )
     except Exception as exc:  # noqa: BLE001 - any build/load failure means "use aten"
         log.warning("kernel library %s unavailable (%s: %s); using aten", name, type(exc).__name__, exc)
         return False
