@@ -20,6 +20,7 @@ from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
 from blink.engine.kernels.decode_step import FusedDecode, build_fused_decode
+from blink.engine.kv_cache_dtype import resolve_kv_cache_dtype
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
 from blink.engine.layers.linear_int8 import quantize_model
 from blink.engine.layers.packed_linear import prepack_model
@@ -84,6 +85,7 @@ class ModelRunner:
         factory = model_factory(read_architectures(path))
         self.hf_config = read_hf_config(path, config.trust_remote_code)
         self.dtype = resolve_dtype(config.dtype, self.hf_config, path, self.device)
+        self.kv_cache_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.device)
         self.max_model_len = model_max_len(self.hf_config, config.max_model_len)
         model = instantiate(factory, self.hf_config, self.max_model_len, self.dtype, self.device)
         load_weights(model, path)
@@ -138,7 +140,7 @@ class ModelRunner:
         the target's block ids, so its pool must have the same number of blocks)."""
         layers = model.attention_layers()
         shape = model.shape
-        elem = torch.empty(0, dtype=self.dtype).element_size()
+        elem = torch.empty(0, dtype=self.kv_cache_dtype).element_size()
         bytes_per_block = 2 * len(layers) * self.block_size * shape.num_kv_heads * shape.head_dim * elem
         if num_blocks is None:
             num_blocks = self.config.kv_cache_memory_bytes // bytes_per_block
@@ -156,7 +158,7 @@ class ModelRunner:
             self.block_size,
             shape.num_kv_heads,
             shape.head_dim,
-            dtype=self.dtype,
+            dtype=self.kv_cache_dtype,
             device=self.device,
         )
         for i, attn in enumerate(layers):

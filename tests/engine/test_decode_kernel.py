@@ -21,6 +21,7 @@ from blink.engine.kernels.attention import (
     prefill_attention_cpu,
     prefill_kernel_available,
 )
+from blink.engine.kv_cache_dtype import FP8
 from blink.engine.model_runner import ModelRunner
 from blink.engine.scheduler import ScheduledSeq
 from blink.engine.sequence import Sequence
@@ -108,6 +109,65 @@ def test_paged_decode_writes_the_slots_then_equals_the_python_op(dtype: torch.dt
     assert ours.shape == (batch, heads * dim)
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
     torch.testing.assert_close(ours.float(), theirs.float(), atol=tol, rtol=tol)
+
+@needs_avx512
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fp8_cache_matches_float64_reference(dtype: torch.dtype) -> None:
+    """kv_cache_dtype="fp8": q in the model dtype, caches in e4m3 widened inside the kernel."""
+    assert decode_kernel_available()
+    g = torch.Generator().manual_seed(11)
+    heads, kv_heads, dim, block_size, num_blocks, batch, width = 9, 3, 64, 16, 40, 5, 9
+    k_cache = (torch.randn(num_blocks, block_size, kv_heads, dim, generator=g) * 3).to(FP8)
+    v_cache = torch.randn(num_blocks, block_size, kv_heads, dim, generator=g).to(FP8)
+    tables = torch.stack([torch.randperm(num_blocks, generator=g)[:width] for _ in range(batch)])
+    lens = torch.tensor([1, block_size - 1, 2 * block_size + 3, width * block_size - 2, width * block_size])
+    q = (torch.randn(batch, heads, dim, generator=g) * 2).to(dtype)
+    out = decode_attention_cpu(q, k_cache, v_cache, tables, lens, dim**-0.5)
+    assert out.dtype == dtype and out.shape == q.shape
+    ref = _reference(q, k_cache.float(), v_cache.float(), tables, lens, dim**-0.5)
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    assert float((out.double() - ref).abs().max()) < tol
+
+
+@needs_avx512
+def test_fp8_widening_is_exact_for_every_finite_byte() -> None:
+    """One cached position: the softmax weight is exactly 1, so the output is the V row itself,
+    i.e. the kernel's byte -> fp32 widening, compared with torch's for all 254 finite e4m3 bytes
+    (subnormals, both zeros, ±448)."""
+    assert decode_kernel_available()
+    finite = torch.tensor([b for b in range(256) if b not in (0x7F, 0xFF)] + [0, 0], dtype=torch.uint8)
+    rows = finite.view(16, 1, 1, 16).view(FP8)  # 16 blocks of one slot, 1 KV head, head_dim 16
+    q = torch.zeros(16, 1, 16)
+    out = decode_attention_cpu(q, rows, rows, torch.arange(16)[:, None], torch.ones(16, dtype=torch.long), 1.0)
+    assert torch.equal(out.reshape(-1), rows.float().reshape(-1))
+
+
+@needs_avx512
+def test_fp8_paged_decode_writes_the_bytes_the_python_op_writes() -> None:
+    """The compiled path's C++ write + attend on an fp8 cache against paged_decode_op.py's."""
+    from blink.engine.layers.paged_decode_op import paged_decode_attention
+
+    assert decode_kernel_available()
+    torch.manual_seed(4)
+    batch, heads, kvh, dim, block_size, blocks = 3, 6, 2, 32, 4, 12
+    k_cache = torch.randn(blocks, block_size, kvh, dim).to(FP8)
+    v_cache = torch.randn(blocks, block_size, kvh, dim).to(FP8)
+    # Keys far past e4m3's range: both paths saturate them to ±448 (no NaN).
+    q, k, v = torch.randn(batch, heads, dim) * 0.01, torch.randn(batch, kvh, dim) * 1e3, torch.randn(batch, kvh, dim)
+    tables = torch.tensor([[5, 1, 0], [2, 7, 9], [11, 0, 0]])
+    lens = torch.tensor([6, 11, 1])
+    slots = torch.tensor([int(tables[b, (n - 1) // block_size]) * block_size + (n - 1) % block_size for b, n in enumerate(lens)])
+    mask = torch.full((batch, 1, 1, tables.shape[1] * block_size), float("-inf"))
+    for b, n in enumerate(lens):
+        mask[b, ..., : int(n)] = 0
+    k2, v2 = k_cache.clone(), v_cache.clone()
+    ours = paged_decode_cpu(q, k, v, k_cache, v_cache, slots, tables, lens, 0.125)
+    theirs = paged_decode_attention(q, k, v, k2, v2, slots, tables, mask, 0.125)
+    assert torch.equal(k_cache.view(torch.uint8), k2.view(torch.uint8))
+    assert torch.equal(v_cache.view(torch.uint8), v2.view(torch.uint8))
+    assert float(k_cache.float().abs().max()) == 448.0 and not bool(ours.isnan().any())
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+
 
 @needs_avx512
 def test_rejects_bad_inputs() -> None:

@@ -34,7 +34,8 @@ using blink::attn::exp_row;
 using blink::attn::kLanes;
 using blink::attn::load16;
 
-template <typename T>
+// T: q and the output; C: the cache (T, or fp8 e4m3 widened on load).
+template <typename T, typename C>
 void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                            const at::Tensor& block_tables, const at::Tensor& lens, double scale,
                            at::Tensor& out) {
@@ -45,8 +46,8 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
   const int64_t slot_stride = kv_heads * dim;  // elements between consecutive cache positions
   const int64_t vecs = dim / kLanes;           // dim % 16 == 0 (checked by the caller)
   const T* qp = q.data_ptr<T>();
-  const T* kp = k_cache.data_ptr<T>();
-  const T* vp = v_cache.data_ptr<T>();
+  const C* kp = k_cache.data_ptr<C>();
+  const C* vp = v_cache.data_ptr<C>();
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   const int64_t* lp = lens.data_ptr<int64_t>();
   T* op = out.data_ptr<T>();
@@ -65,7 +66,7 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
         _mm512_storeu_ps(qf.data() + i * kLanes, _mm512_mul_ps(load16(qp + q_off + i * kLanes), _mm512_set1_ps(fscale)));
       scores.resize(heads * n);
       for (int64_t j = 0; j < n; ++j) {
-        const T* slot = kp + (table[j / block_size] * block_size + j % block_size) * slot_stride;
+        const C* slot = kp + (table[j / block_size] * block_size + j % block_size) * slot_stride;
         for (int64_t h = 0; h < kv_heads; ++h) {
           for (int64_t g = 0; g < group; ++g) {
             const int64_t hq = h * group + g;
@@ -80,7 +81,7 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
       for (int64_t hq = 0; hq < heads; ++hq) inv_sum[hq] = 1.f / exp_row(scores.data() + hq * n, n);
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t j = 0; j < n; ++j) {
-        const T* slot = vp + (table[j / block_size] * block_size + j % block_size) * slot_stride;
+        const C* slot = vp + (table[j / block_size] * block_size + j % block_size) * slot_stride;
         for (int64_t h = 0; h < kv_heads; ++h) {
           for (int64_t i = 0; i < vecs; ++i) {
             const __m512 v = load16(slot + h * dim + i * kLanes);
@@ -103,8 +104,9 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
                             const at::Tensor& block_tables, const at::Tensor& lens, double scale) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(),
               "q [B, H, D], caches [blocks, block_size, KVH, D]");
-  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type() && v_cache.scalar_type() == k_cache.scalar_type(),
-              "q and the caches must share a dtype");
+  const bool fp8 = k_cache.scalar_type() == at::kFloat8_e4m3fn;
+  TORCH_CHECK((q.scalar_type() == k_cache.scalar_type() || fp8) && v_cache.scalar_type() == k_cache.scalar_type(),
+              "q and the caches must share a dtype (or the caches be float8_e4m3fn)");
   TORCH_CHECK(q.size(2) == k_cache.size(3) && q.size(1) % k_cache.size(2) == 0, "head shapes disagree");
   TORCH_CHECK(q.size(2) % kLanes == 0, "head_dim must be a multiple of 16");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && lens.scalar_type() == at::kLong,
@@ -127,13 +129,27 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
     }
   }
   auto out = at::empty_like(qc);
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat, "bf16 or fp32 only");
   if (q.scalar_type() == at::kBFloat16) {
-    decode_attention_impl<c10::BFloat16>(qc, k_cache, v_cache, tables, lc, scale, out);
+    if (fp8) decode_attention_impl<c10::BFloat16, c10::Float8_e4m3fn>(qc, k_cache, v_cache, tables, lc, scale, out);
+    else decode_attention_impl<c10::BFloat16, c10::BFloat16>(qc, k_cache, v_cache, tables, lc, scale, out);
   } else {
-    TORCH_CHECK(q.scalar_type() == at::kFloat, "bf16 or fp32 only");
-    decode_attention_impl<float>(qc, k_cache, v_cache, tables, lc, scale, out);
+    if (fp8) decode_attention_impl<float, c10::Float8_e4m3fn>(qc, k_cache, v_cache, tables, lc, scale, out);
+    else decode_attention_impl<float, float>(qc, k_cache, v_cache, tables, lc, scale, out);
   }
   return out;
+}
+
+// cache[slots] = x, as kv_cache_dtype.py's write_kv: an fp8 cache gets x clamped to e4m3's ±448
+// (no infinity; an overflow must not become NaN) and copied as bytes (index_copy_ has no fp8 CPU kernel).
+void write_kv(const at::Tensor& cache, const at::Tensor& slots, const at::Tensor& x) {
+  if (cache.scalar_type() != at::kFloat8_e4m3fn) {
+    cache.index_copy_(0, slots, x.to(cache.scalar_type()));
+    return;
+  }
+  constexpr double kFp8Max = 448.0;
+  const at::Tensor rounded = x.clamp(-kFp8Max, kFp8Max).to(at::kFloat8_e4m3fn);
+  cache.view(at::kByte).index_copy_(0, slots, rounded.view(at::kByte));
 }
 
 // One decode step of one layer for the compiled graph: write this step's keys and values into
@@ -147,8 +163,8 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k, const at::Tens
   TORCH_CHECK(k_cache.dim() == 4 && k.dim() == 3 && v.sizes() == k.sizes(), "k/v [B, KVH, D], caches [blocks, block_size, KVH, D]");
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.numel() == k.size(0), "one int64 slot per sequence");
   const int64_t kv_heads = k_cache.size(2), dim = k_cache.size(3);
-  k_cache.view({-1, kv_heads, dim}).index_copy_(0, slot_mapping, k.to(k_cache.scalar_type()));
-  v_cache.view({-1, kv_heads, dim}).index_copy_(0, slot_mapping, v.to(v_cache.scalar_type()));
+  write_kv(k_cache.view({-1, kv_heads, dim}), slot_mapping, k);
+  write_kv(v_cache.view({-1, kv_heads, dim}), slot_mapping, v);
   return decode_attention(q, k_cache, v_cache, block_tables, lens, scale).reshape({q.size(0), q.size(1) * q.size(2)});
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
 
 #include <immintrin.h>
 
@@ -26,6 +27,19 @@ inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 load16(const c10::BFloat16* p) {
   const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+// e4m3fn -> fp32 (exact) for an fp8 KV cache (kv_cache_dtype.py). No fp8 instructions on these
+// CPUs: each byte S.EEEE.MMM is rebuilt as the fp16 S.0EEEE.MMM0000000, whose value is the e4m3
+// value times 2^-8 (fp16's exponent bias is 15, e4m3's 7) for normal and subnormal bytes alike;
+// vcvtph2ps widens that exactly and one multiply by 2^8 restores the scale. The NaN bytes (0x7F,
+// 0xFF) would read as ±480; the cache never holds them (writes clamp to ±448).
+inline __m512 load16(const c10::Float8_e4m3fn* p) {
+  const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(bytes, _mm256_set1_epi16(0x80)), 8);
+  const __m256i magnitude = _mm256_slli_epi16(_mm256_and_si256(bytes, _mm256_set1_epi16(0x7F)), 7);
+  const __m512 scaled = _mm512_cvtph_ps(_mm256_or_si256(sign, magnitude));
+  return _mm512_mul_ps(scaled, _mm512_set1_ps(256.f));
 }
 
 // softmax numerators of one row in place; returns their sum.

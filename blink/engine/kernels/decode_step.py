@@ -117,6 +117,8 @@ def _tensors(model: Any) -> tuple[list[int], float, float, list[torch.Tensor], l
     embed = stack.embed_tokens.weight
     if embed.device.type != "cpu" or embed.dtype != torch.bfloat16:
         raise Ineligible(f"{embed.dtype} on {embed.device.type} (needs bf16 on the CPU)")
+    if stack.layers[0].self_attn.attn.k_cache.dtype != torch.bfloat16:  # kv_cache_dtype="fp8": no fused variant yet
+        raise Ineligible(f"KV cache is {stack.layers[0].self_attn.attn.k_cache.dtype} (the step reads bf16)")
     if shape.head_dim % _LANES:
         raise Ineligible(f"head_dim {shape.head_dim} is not a multiple of {_LANES}")
     if not getattr(head, "float_output", False):

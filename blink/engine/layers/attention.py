@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from blink.engine.kernels.attention import decode_attention_cpu, paged_decode_cpu, prefill_attention_cpu
+from blink.engine.kv_cache_dtype import FP8, as_cached, write_kv
 from blink.engine.layers.paged_decode_op import paged_decode_attention
 
 
@@ -80,7 +81,7 @@ class PagedAttention(nn.Module):
             # The compiled decode graph (blink.engine.compiled_decode) sees one opaque node.
             mask = cast(torch.Tensor, meta.decode_mask)
             tables = cast(torch.Tensor, meta.decode_block_tables)
-            if self.decode_kernel and q.dtype == self.k_cache.dtype:
+            if self.decode_kernel and self._kernel_reads_cache(q):
                 # The eager path's kernel (no Python in the graph), so compiled and eager decodes
                 # agree bit for bit; the mask is 0 exactly on each sequence's cached prefix.
                 lens = meta.decode_context_lens
@@ -95,15 +96,21 @@ class PagedAttention(nn.Module):
         kvh, dim = self.num_kv_heads, self.head_dim
         k_flat = self.k_cache.view(-1, kvh, dim)
         v_flat = self.v_cache.view(-1, kvh, dim)
-        k_flat.index_copy_(0, meta.slot_mapping, k.to(k_flat.dtype))
-        v_flat.index_copy_(0, meta.slot_mapping, v.to(v_flat.dtype))
+        write_kv(k_flat, meta.slot_mapping, k)
+        write_kv(v_flat, meta.slot_mapping, v)
 
+        if meta.prefills:
+            k, v = as_cached(k, self.k_cache.dtype), as_cached(v, self.k_cache.dtype)
         outputs: list[torch.Tensor] = []
         if meta.num_decode:
             outputs.append(self._decode(q[: meta.num_decode], meta))
         for chunk in meta.prefills:
             outputs.append(self._prefill(q, k, v, chunk))
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+    def _kernel_reads_cache(self, q: torch.Tensor) -> bool:
+        """blink::decode_attention_cpu reads a cache of q's dtype, or an fp8 one (widened per byte)."""
+        return q.dtype == self.k_cache.dtype or self.k_cache.dtype == FP8
 
     def _gather_kv(
         self, tables: torch.Tensor, workspace: torch.Tensor | None = None
@@ -143,7 +150,7 @@ class PagedAttention(nn.Module):
         # ([B, KVH, group, D], a view), so GQA needs no K/V repeat and one masked SDPA covers all.
         batch = q.shape[0]
         tables = cast(torch.Tensor, meta.decode_block_tables)  # set whenever num_decode > 0
-        if self.decode_kernel and meta.decode_context_lens is not None and q.dtype == self.k_cache.dtype:
+        if self.decode_kernel and meta.decode_context_lens is not None and self._kernel_reads_cache(q):
             out = decode_attention_cpu(q, self.k_cache, self.v_cache, tables, meta.decode_context_lens, self.scale)
             return out.view(batch, self.num_heads * self.head_dim)
         keys, values = self._gather_kv(tables, self._decode_workspace(meta, tables.numel()))

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from blink.engine.kv_cache_dtype import write_kv
+
 
 @torch.library.custom_op("blink::paged_decode_attention", mutates_args=())
 def paged_decode_attention(
@@ -36,8 +38,8 @@ def paged_decode_attention(
     kvh = k.shape[1]
     k_flat = k_cache.view(-1, kvh, dim)
     v_flat = v_cache.view(-1, kvh, dim)
-    k_flat.index_copy_(0, slot_mapping, k.to(k_flat.dtype))
-    v_flat.index_copy_(0, slot_mapping, v.to(v_flat.dtype))
+    write_kv(k_flat, slot_mapping, k)
+    write_kv(v_flat, slot_mapping, v)
     flat = block_tables.reshape(-1)
     shape = (batch, -1, kvh, dim)
     keys = k_cache.view(k_cache.shape[0], -1).index_select(0, flat).view(shape).transpose(1, 2)
