@@ -295,6 +295,7 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
         threads=threads,
         nice=getattr(ms, "engine_nice", 0),
         quantization=getattr(ms, "quantization", "none"),
+        kv_cache_dtype=getattr(ms, "kv_cache_dtype", "auto"),
         compile=getattr(ms, "compile", False),
         compile_mode=getattr(ms, "compile_mode", "frozen"),
         speculative=None if getattr(ms, "speculative", "none") == "none" else ms.speculative,
