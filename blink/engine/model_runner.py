@@ -181,11 +181,16 @@ class ModelRunner:
             return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)
         for span in spans:
             self._check(span)
-        input_ids, positions, meta, logits_rows = self._prepare(spans)
         fused = self._fused
-        if fused is not None and meta.num_decode == len(spans) == input_ids.shape[0] and fused.serves(len(spans)):
-            tables, lens = cast(torch.Tensor, meta.decode_block_tables), cast(torch.Tensor, meta.decode_context_lens)
-            return fused(input_ids, positions, meta.slot_mapping, tables, lens)
+        # Decodes and verification spans (every token needs logits) run the fused step: one row
+        # per token, so its logits come back in exactly this method's order. Prefill chunks (one
+        # logits row) stay on the eager path, whose rounding the prefill tests pin.
+        if fused is not None and all(s.num_logits == len(s.tokens) for s in spans):
+            groups = self._fused_groups(spans, fused)
+            if groups is not None:
+                out = [fused(*self._fused_inputs(g)) for g in groups]
+                return out[0] if len(out) == 1 else torch.cat(out)
+        input_ids, positions, meta, logits_rows = self._prepare(spans)
         graph = self._decode_graph
         if graph is not None and meta.num_decode == len(spans) == input_ids.shape[0] and graph.serves(len(spans)):
             tables, mask = cast(torch.Tensor, meta.decode_block_tables), cast(torch.Tensor, meta.decode_mask)
@@ -215,6 +220,51 @@ class ModelRunner:
             )
         if len(span.block_table) * self.block_size < end:
             raise EngineError(f"{span.request_id}: block table does not cover {end} positions")
+
+    @staticmethod
+    def _fused_groups(spans: Seq[RunSpan], fused: FusedDecode) -> list[Seq[RunSpan]] | None:
+        """Consecutive groups of whole spans, each within the step's rows; None where the step
+        would not serve the spans' one-row decodes either (more sequences than it takes: eager
+        is faster there) or one span alone is too long. A verification step wider than the fused
+        step (8 sequences x 1 + 5 tokens) thus runs as two calls, not eagerly: the fused step
+        rounds each row as the one-row decode does (int8_matmul.h is batch-invariant), so
+        greedy output with speculation stays identical to without it; eager rounds otherwise."""
+        if not fused.serves(len(spans)):
+            return None
+        groups: list[Seq[RunSpan]] = []
+        start = rows = 0
+        for i, span in enumerate(spans):
+            if not fused.serves(len(span.tokens)):
+                return None
+            if rows + len(span.tokens) > fused.max_rows:
+                groups.append(spans[start:i])
+                start, rows = i, 0
+            rows += len(span.tokens)
+        groups.append(spans[start:])
+        return groups
+
+    def _fused_inputs(self, spans: Seq[RunSpan]) -> tuple[torch.Tensor, ...]:
+        """The fused step's per-row tensors (ids, positions, slots, tables, context lengths): one
+        row per token, a span's rows at consecutive positions sharing its block table (repeated),
+        each attending to its own position and all before it. No mask: the step never reads one."""
+        bs = self.block_size
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        tables: list[list[int]] = []
+        for span in spans:
+            end = span.start + len(span.tokens)
+            table = span.block_table[: (end + bs - 1) // bs]
+            ids.extend(span.tokens)
+            for pos in range(span.start, end):
+                positions.append(pos)
+                slots.append(table[pos // bs] * bs + pos % bs)
+                tables.append(table)
+        width = max(len(t) for t in tables)
+        # Pad with block 0: any real block works, the context lengths stop before it.
+        padded = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long)
+        pos_t = torch.tensor(positions, dtype=torch.long)
+        return torch.tensor(ids, dtype=torch.long), pos_t, torch.tensor(slots, dtype=torch.long), padded, pos_t + 1
 
     def _prepare(
         self, spans: Seq[RunSpan]

@@ -13,7 +13,7 @@ import torch
 
 from blink.engine.config import EngineConfig
 from blink.engine.kernels.build import cpu_has_avx512
-from blink.engine.kernels.decode_step import ENV_SWITCH, MAX_ROWS, fused_decode_available
+from blink.engine.kernels.decode_step import ENV_SWITCH, MAX_ROWS, FusedDecode, fused_decode_available
 from blink.engine.layers import linear_int8
 from blink.engine.llm_engine import LLMEngine
 from blink.engine.model_runner import ModelRunner, RunSpan
@@ -208,3 +208,70 @@ def test_smollm2_width_stays_bit_identical(tmp_path: Path, tiny_tokenizer_dir: P
         for i, s in enumerate(seqs):
             s.append(int(ref[i].argmax()))
     assert torch.equal(fused.kv_cache, eager.kv_cache)
+
+
+@needs_avx512
+@pytest.mark.usefixtures("same_matmul")
+@pytest.mark.parametrize("arch", ["tiny_llama", "tiny_qwen3"])
+def test_verification_spans_equal_one_row_steps(
+    arch: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step mixing decode rows with 1 + K-token verification spans (every token needs logits)
+    runs the fused step once and gives exactly the logits and KV writes of feeding the same tokens
+    one row at a time through the eager path: each row sees the span's earlier rows in the cache,
+    and int8_matmul.h rounds a row alike at any row count (batch invariance)."""
+    path = request.getfixturevalue(arch)
+    fused, eager = _runner(path, True), _runner(path, False)
+    g = torch.Generator().manual_seed(5)
+    # Contexts of 14 and 30 make the 5-token spans cross the 16-token block boundary.
+    seqs = [torch.randint(0, 500, (n,), generator=g).tolist() for n in (14, 9, 30, 3)]
+    tables = [list(range(i * _BLOCKS_PER_SEQ, (i + 1) * _BLOCKS_PER_SEQ)) for i in range(len(seqs))]
+    for r in (fused, eager):
+        r.execute_spans([RunSpan(str(i), s, 0, tables[i]) for i, s in enumerate(seqs)])
+    news = [torch.randint(0, 500, (n,), generator=g).tolist() for n in (5, 1, 5, 3)]
+    spans = [RunSpan(str(i), news[i], len(seqs[i]), tables[i], len(news[i])) for i in range(len(seqs))]
+    calls: list[int] = []
+    step = FusedDecode.__call__
+
+    def counted(self: FusedDecode, *args: torch.Tensor) -> torch.Tensor:
+        calls.append(int(args[0].numel()))
+        return step(self, *args)
+
+    monkeypatch.setattr(FusedDecode, "__call__", counted)
+    ours = fused.execute_spans(spans)
+    assert calls == [14] and ours.shape == (14, fused.vocab_size)
+    rows = [
+        eager.execute_spans([RunSpan(str(i), [tok], len(seqs[i]) + j, tables[i])])
+        for i in range(len(seqs))
+        for j, tok in enumerate(news[i])
+    ]
+    assert torch.equal(ours, torch.cat(rows))
+    assert torch.equal(fused.kv_cache, eager.kv_cache)
+
+
+@needs_avx512
+def test_which_steps_the_fused_path_takes(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefill chunks (fewer logits than tokens), more sequences than the step takes and a span
+    longer than it keep the eager forward; verification spans beyond its rows run as several
+    calls of whole spans, each span's logits as when it runs alone."""
+    runner = _runner(tiny_llama, True)
+    calls: list[int] = []
+    step = FusedDecode.__call__
+
+    def counted(self: FusedDecode, *args: torch.Tensor) -> torch.Tensor:
+        calls.append(int(args[0].numel()))
+        return step(self, *args)
+
+    monkeypatch.setattr(FusedDecode, "__call__", counted)
+    vocab = runner.vocab_size
+    logits = runner.execute_spans([RunSpan("a", [5, 6, 7], 0, [0, 1]), RunSpan("b", [8], 0, [2])])
+    assert logits.shape == (2, vocab) and calls == []
+    decodes = [RunSpan(str(i), [5], 0, [i]) for i in range(MAX_ROWS + 1)]
+    assert runner.execute_spans(decodes).shape == (MAX_ROWS + 1, vocab) and calls == []
+    long = [RunSpan("a", [5] * (MAX_ROWS + 1), 0, [0, 1, 2], num_logits=MAX_ROWS + 1)]
+    assert runner.execute_spans(long).shape == (MAX_ROWS + 1, vocab) and calls == []
+    spans = [RunSpan(str(i), [5, 6, 7], 0, [i], num_logits=3) for i in range(MAX_ROWS // 3 + 1)]
+    wide = runner.execute_spans(spans)
+    assert wide.shape == (3 * len(spans), vocab) and calls == [3 * (MAX_ROWS // 3), 3]
+    alone = torch.cat([runner.execute_spans([s]) for s in spans])
+    assert torch.equal(wide, alone)

@@ -1,5 +1,6 @@
-// The whole forward of a decode-only batch (1..kMaxRows sequences, one new token each) in one
-// call: a Llama-family model with int8 weights and bf16 activations, on AVX-512 CPUs.
+// The whole forward of a decode step (1..kMaxRows rows: one new token of each sequence, or the
+// 1 + K tokens of a speculative verification span) in one call: a Llama-family model with int8
+// weights and bf16 activations, on AVX-512 CPUs.
 //
 // Why our own: the int8 weights of a SmolLM2 step stream in ~5 ms on 2 threads, yet the compiled
 // (frozen) graph's step took 9.3-11 ms: Dynamo's guards on ~376 weight inputs (~1.5 ms), the
@@ -204,7 +205,9 @@ class DecodeStep : public torch::CustomClassHolder {
 
   // Float32 logits [M, vocab] of one decode step: row m adds token input_ids[m] at positions[m]
   // (cache slot slot_mapping[m]) and attends to its first context_lens[m] cached positions
-  // (this token included) through block_tables[m].
+  // (this token included) through block_tables[m]. Several rows may belong to one sequence (a
+  // speculative verification span: consecutive positions, the same table): every row's K/V is
+  // then in the cache before any row of the layer attends (see forward()).
   at::Tensor run(at::Tensor input_ids, at::Tensor positions, at::Tensor slot_mapping, at::Tensor block_tables,
                  at::Tensor context_lens) {
     const int64_t M = input_ids.numel();
@@ -234,10 +237,15 @@ class DecodeStep : public torch::CustomClassHolder {
       }
       max_len = std::max(max_len, lp[m]);
     }
+    // Rows of one sequence share their first block; so may distinct sequences sharing a cached
+    // prefix, which only costs them a barrier per layer they did not need.
+    bool shared = false;
+    for (int64_t m = 1; m < M && !shared; ++m)
+      for (int64_t o = 0; o < m && !shared; ++o) shared = tp[m * width] == tp[o * width];
     const int threads = std::max(1, at::get_num_threads());
     reserve(M, max_len, threads);
     auto out = at::empty({M, vocab_}, at::TensorOptions().dtype(at::kFloat));
-    Step step{M, idp, pp, sp, tp, width, block_size, lp, out.data_ptr<float>()};
+    Step step{M, idp, pp, sp, tp, width, block_size, lp, out.data_ptr<float>(), shared};
 #pragma omp parallel num_threads(threads)
     forward(step, omp_get_thread_num(), omp_get_num_threads());
     return out;
@@ -250,6 +258,7 @@ class DecodeStep : public torch::CustomClassHolder {
     int64_t width, block_size;
     const int64_t* lens;
     float* out;
+    bool shared;  // some rows read K/V another row of this step writes (a verification span)
   };
 
   static at::Tensor bf16_tensor(const at::Tensor& t, std::vector<int64_t> shape, const char* what) {
@@ -327,23 +336,27 @@ class DecodeStep : public torch::CustomClassHolder {
       std::memcpy(resid_.data() + m * hidden_, s.x.data() + m * hidden_, hidden_ * sizeof(bf16));
   }
 
-  // One (sequence m, KV head h) task: q/k norm (Qwen3) and rope, this token's K/V into the cache,
-  // then the group's attention over the sequence's cached positions.
-  void attention_task(const Step& st, const Layer& l, ThreadScratch& s, int64_t m, int64_t h) {
-    const int64_t q_size = heads_ * dim_, kv_size = kv_heads_ * dim_, group = heads_ / kv_heads_;
-    const int64_t qkv_width = q_size + 2 * kv_size;
+  // One (row m, KV head h) task, first half: k norm (Qwen3) and rope, this row's K/V into the cache.
+  void write_kv(const Step& st, const Layer& l, ThreadScratch& s, int64_t m, int64_t h) {
+    const int64_t q_size = heads_ * dim_, kv_size = kv_heads_ * dim_;
     const float* cs = cos_sin_.data_ptr<float>() + st.pos[m] * dim_;
-    bf16* row = qkv_.data() + m * qkv_width;
+    const bf16* row = qkv_.data() + m * (q_size + 2 * kv_size);
     bf16* head = s.head.data();
-    bf16* kc = l.k_cache.data_ptr<bf16>();
-    bf16* vc = l.v_cache.data_ptr<bf16>();
     const int64_t slot = st.slots[m] * kv_size + h * dim_;
-    // K: norm, rope, into the cache; V straight into the cache.
     if (qk_norm_) rms_norm(row + q_size + h * dim_, l.k_norm.data_ptr<bf16>(), dim_, eps_, head);
     else std::memcpy(head, row + q_size + h * dim_, dim_ * sizeof(bf16));
     rope(head, cs, dim_);
-    std::memcpy(kc + slot, head, dim_ * sizeof(bf16));
-    std::memcpy(vc + slot, row + q_size + kv_size + h * dim_, dim_ * sizeof(bf16));
+    std::memcpy(l.k_cache.data_ptr<bf16>() + slot, head, dim_ * sizeof(bf16));
+    std::memcpy(l.v_cache.data_ptr<bf16>() + slot, row + q_size + kv_size + h * dim_, dim_ * sizeof(bf16));
+  }
+
+  // Second half: q norm and rope of the group's query heads, then their attention over the row's
+  // cached positions (its own K/V included).
+  void attend(const Step& st, const Layer& l, ThreadScratch& s, int64_t m, int64_t h) {
+    const int64_t q_size = heads_ * dim_, kv_size = kv_heads_ * dim_, group = heads_ / kv_heads_;
+    const float* cs = cos_sin_.data_ptr<float>() + st.pos[m] * dim_;
+    const bf16* row = qkv_.data() + m * (q_size + 2 * kv_size);
+    bf16* head = s.head.data();
     for (int64_t g = 0; g < group; ++g) {
       const int64_t hq = h * group + g;
       if (qk_norm_) rms_norm(row + hq * dim_, l.q_norm.data_ptr<bf16>(), dim_, eps_, head);
@@ -352,8 +365,8 @@ class DecodeStep : public torch::CustomClassHolder {
       for (int64_t d = 0; d < dim_; ++d) s.qf[g * dim_ + d] = static_cast<float>(head[d]) * scale_;
     }
     const attn::PagedSeq seq{st.tables + m * st.width, st.block_size, kv_size, st.lens[m]};
-    attn::attend_kv_head<bf16>(s.qf.data(), group, dim_, kc, vc, seq, h, s.scores.data(), s.acc.data(),
-                               attn_.data() + m * q_size + h * group * dim_);
+    attn::attend_kv_head<bf16>(s.qf.data(), group, dim_, l.k_cache.data_ptr<bf16>(), l.v_cache.data_ptr<bf16>(),
+                               seq, h, s.scores.data(), s.acc.data(), attn_.data() + m * q_size + h * group * dim_);
   }
 
   // Thread t's whole step; barriers separate the phases that read what another thread wrote.
@@ -370,10 +383,19 @@ class DecodeStep : public torch::CustomClassHolder {
       split(l.qkv.N, t, threads, n0, n1);
       matmul_rows(l.qkv, prep, M, qkv_.data(), l.qkv.N, n0, n1);
 #pragma omp barrier
-      // 2. residual stored; rope, cache writes and attention per (sequence, KV head).
+      // 2. residual stored; rope, cache writes and attention per (row, KV head). When rows read
+      // each other's K/V (a verification span: row p attends to the span's rows before it), all
+      // writes finish before any attention reads; otherwise each task writes then reads its own.
       store_residual(st, s, t, threads);
-      for (int64_t task = t; task < M * kv_heads_; task += threads)
-        attention_task(st, l, s, task / kv_heads_, task % kv_heads_);
+      for (int64_t task = t; task < M * kv_heads_; task += threads) {
+        write_kv(st, l, s, task / kv_heads_, task % kv_heads_);
+        if (!st.shared) attend(st, l, s, task / kv_heads_, task % kv_heads_);
+      }
+      if (st.shared) {
+#pragma omp barrier
+        for (int64_t task = t; task < M * kv_heads_; task += threads)
+          attend(st, l, s, task / kv_heads_, task % kv_heads_);
+      }
 #pragma omp barrier
       // 3. o projection.
       mm::prepare(attn_.data(), q_size, M, q_size, prep);

@@ -4,14 +4,23 @@
 //
 // Semantics are aten's _weight_int8pack_mm: y[m, n] = bf16((sum_k x[m, k] * w[n, k]) * scale[n])
 // with fp32 accumulation, x bf16 [M, K], w int8 [N, K] row-major, scale bf16 [N]. Only the fp32
-// summation order differs (and, from 4 rows on, bf16 denormals, |v| < 1.2e-38, count as zero in x
-// and in y: vdpbf16ps and vcvtneps2bf16 ignore MXCSR and flush them).
+// summation order differs (and, on the bf16 path, bf16 denormals, |v| < 1.2e-38, count as zero in
+// x and in y: vdpbf16ps and vcvtneps2bf16 ignore MXCSR and flush them).
+//
+// Batch invariance: on CPUs with AVX512-BF16 every row count runs the bf16 path, whose row m sums
+// its products in one fixed order (lane i of vector v: the pair 32v + 2i, 2i + 1, then the lanes'
+// halving tree) whatever M is, so a row's output is bit-identical at 1 and at 64 rows. That makes
+// a speculative verification (1 + K rows) round exactly as K + 1 one-row decode steps. The fp32
+// loop (kept for CPUs without it) summed in another order: 1 in ~2,000 outputs (K = 576) differed
+// by a bf16 ulp from the same row at 8 rows; at 1-3 rows the two paths cost the same (SmolLM2's
+// 121 linears, cold, 2 threads, loaded machine: bf16 / fp32 time 0.97, 1.02, 1.01 at M = 1, 2, 3).
 //
 // Why our own: aten's kernel streams only 5.8 GB/s on 1 thread and 9.5 GB/s on 2 here (SmolLM2's
 // 210 linears per step, cold weights); decode at 1-3 rows is bound by how fast the int8 weights
-// stream, and the fp32 loop below reaches the machine's ~27 GB/s on 2 threads. From 4 rows on the
-// matmul is compute-bound and a bf16 dot-product path takes over (~80-95 GMAC/s per core here, of
-// vdpbf16ps's ~110 peak; aten's int8 kernel is 2.4-3x slower per SmolLM2 step at 4-64 rows).
+// stream, and the fp32 loop below reaches the machine's ~27 GB/s on 2 threads (the bf16 path as
+// fast, above). From 4 rows on the matmul is compute-bound and the bf16 dot-product path is what
+// makes it fast (~80-95 GMAC/s per core here, of vdpbf16ps's ~110 peak; aten's int8 kernel is
+// 2.4-3x slower per SmolLM2 step at 4-64 rows).
 //
 // Callers splitting rows across threads: ranges that start at multiples of 8 (kBlockRows) keep
 // ragged blocks to the ends. Each thread's bf16 path keeps a thread_local buffer of 8 * K * 2 bytes.
@@ -106,7 +115,7 @@ inline void fp32_rows(const float* xf, int64_t K, const int8_t* w, const c10::BF
 }
 
 
-// ---- 4 to kMaxRows rows: bf16 dot products (vdpbf16ps), compute-bound ----
+// ---- bf16 dot products (vdpbf16ps): every row count on AVX512-BF16 CPUs ----
 // At 16 rows the matmul does 16 MACs per weight byte: widening int8 -> fp32 and FMAing 16 lanes
 // per instruction is compute-bound, while vdpbf16ps does 32 MACs per instruction. int8 weights are
 // exact in bf16 and the activations are bf16 already, so each product is exact in fp32 and the
@@ -166,7 +175,7 @@ BLINK_INT8MM_BF16 inline __m512 reduce16(const __m512* a) {
 // 3072 x 576 at M = 16, 1 thread: the separate widening pass took ~100 of 430 us); later blocks
 // read wb. The prefetch goes to L2 (T1): into L1 it evicted the activations and wb (cold LM head
 // 49152 x 576, 1 thread, alternating: M = 4 2.2-2.5 vs 3.2-4.8 ms, M = 16 5.9-6.1 vs 7.0-11.0).
-template <int MB, int RB, bool WIDEN>
+template <int MB, int RB, bool WIDEN, bool KEEP = true>
 BLINK_INT8MM_BF16 inline void dot_block(const __m512i* xs, __m512i* wb, const int8_t* wq, int64_t K,
                                         int64_t Kv, const c10::BFloat16* scale, c10::BFloat16* y,
                                         int64_t ldy, int64_t n) {
@@ -181,7 +190,7 @@ BLINK_INT8MM_BF16 inline void dot_block(const __m512i* xs, __m512i* wb, const in
         const __m512 lo = widen16(p);
         const __m512 hi = 32 * v + 16 < K ? widen16(p + 16) : _mm512_setzero_ps();
         wv[r] = _mm512_cvtne2ps_pbh(hi, lo);
-        _mm512_store_si512(wb + r * Kv + v, (__m512i)wv[r]);
+        if constexpr (KEEP) _mm512_store_si512(wb + r * Kv + v, (__m512i)wv[r]);
       }
     } else {
       for (int r = 0; r < RB; ++r) wv[r] = (__m512bh)_mm512_load_si512(wb + r * Kv + v);
@@ -208,17 +217,17 @@ BLINK_INT8MM_BF16 inline void dot_block(const __m512i* xs, __m512i* wb, const in
 }
 
 // MB activation rows against the nb weight rows of one block (int8 at wq, bf16 in wb).
-template <int MB, bool WIDEN>
+template <int MB, bool WIDEN, bool KEEP = true>
 BLINK_INT8MM_BF16 inline void dot_rows_m(const __m512i* xs, __m512i* wb, const int8_t* wq, int64_t K,
                                          int64_t Kv, int64_t nb, const c10::BFloat16* scale,
                                          c10::BFloat16* y, int64_t ldy, int64_t n) {
   int64_t r = 0;
   for (; r + kRb <= nb; r += kRb)
-    dot_block<MB, kRb, WIDEN>(xs, wb + r * Kv, wq + r * K, K, Kv, scale, y, ldy, n + r);
+    dot_block<MB, kRb, WIDEN, KEEP>(xs, wb + r * Kv, wq + r * K, K, Kv, scale, y, ldy, n + r);
   switch (nb - r) {
-    case 3: dot_block<MB, 3, WIDEN>(xs, wb + r * Kv, wq + r * K, K, Kv, scale, y, ldy, n + r); break;
-    case 2: dot_block<MB, 2, WIDEN>(xs, wb + r * Kv, wq + r * K, K, Kv, scale, y, ldy, n + r); break;
-    case 1: dot_block<MB, 1, WIDEN>(xs, wb + r * Kv, wq + r * K, K, Kv, scale, y, ldy, n + r); break;
+    case 3: dot_block<MB, 3, WIDEN, KEEP>(xs, wb + r * Kv, wq + r * K, K, Kv, scale, y, ldy, n + r); break;
+    case 2: dot_block<MB, 2, WIDEN, KEEP>(xs, wb + r * Kv, wq + r * K, K, Kv, scale, y, ldy, n + r); break;
+    case 1: dot_block<MB, 1, WIDEN, KEEP>(xs, wb + r * Kv, wq + r * K, K, Kv, scale, y, ldy, n + r); break;
     default: break;
   }
 }
@@ -237,7 +246,15 @@ BLINK_INT8MM_BF16 inline void bf16_rows(const __m512i* xs, int64_t M, int64_t K,
   for (int64_t n = n0; n < n1; n += kBlockRows) {
     const int64_t nb = std::min(kBlockRows, n1 - n);
     const int8_t* wq = w + n * K;
-    // M >= kBf16MinRows = kMb: the first activation block is whole and widens the weights.
+    if (M < kMb) {  // one activation block: widen on the fly, nothing to keep for a later block
+      switch (M) {
+        case 1: dot_rows_m<1, true, false>(xs, wb, wq, K, Kv, nb, scale, y, ldy, n); break;
+        case 2: dot_rows_m<2, true, false>(xs, wb, wq, K, Kv, nb, scale, y, ldy, n); break;
+        default: dot_rows_m<3, true, false>(xs, wb, wq, K, Kv, nb, scale, y, ldy, n); break;
+      }
+      continue;
+    }
+    // The first activation block is whole and widens the weights into wb for the others.
     dot_rows_m<kMb, true>(xs, wb, wq, K, Kv, nb, scale, y, ldy, n);
     int64_t m = kMb;
     for (; m + kMb <= M; m += kMb)
@@ -260,9 +277,9 @@ inline void bf16_prepare(const c10::BFloat16* x, int64_t ldx, int64_t M, int64_t
   }
 }
 
-// The bf16 path serves from this many rows on (where the fp32 loop stops being memory-bound).
-constexpr int64_t kBf16MinRows = 4;
-static_assert(kBf16MinRows >= kMb, "bf16_rows widens in its first, whole activation block");
+// The bf16 path serves every row count (batch invariance, see the top of this file); at 1-3 rows
+// it widens on the fly without keeping the widened block (no later activation block reads it).
+constexpr int64_t kBf16MinRows = 1;
 
 inline bool use_bf16(int64_t M) { return M >= kBf16MinRows && cpu_has_bf16(); }
 
