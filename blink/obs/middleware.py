@@ -44,6 +44,8 @@ class ObservabilityMiddleware:
                 for name, value in message.get("headers", ()):
                     if name == b"x-blink-cache":  # set by the response cache (exact|semantic|miss|bypass)
                         trace.cache = value.decode("latin-1")
+                    elif name == b"x-request-id" and not trace.request_id:  # a cache replay: no backend set it
+                        trace.request_id = value.decode("latin-1")
             elif message["type"] == "http.response.body":
                 if trace.first_token is None and trace.backend_start is None and trace.status < 400 and message.get("body"):
                     # A response no backend produced (a cache replay): its first byte is its first token.

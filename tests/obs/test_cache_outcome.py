@@ -37,10 +37,14 @@ def test_exact_hit_is_counted_and_timed(cached_gateway: tuple[str, io.StringIO])
     url, log = cached_gateway
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
     msgs = [{"role": "user", "content": "same question"}]
+    ids = []
     for _ in range(3):
-        list(client.chat.completions.create(model="fake", messages=msgs, temperature=0, stream=True))
+        chunks = list(client.chat.completions.create(model="fake", messages=msgs, temperature=0, stream=True))
+        ids.append(chunks[0].id)
         time.sleep(0.2)  # the cache fill runs after the stream
     records = [orjson.loads(line) for line in log.getvalue().splitlines()]
+    # A replayed hit is logged under the id its response carries, as a miss is.
+    assert [r["request_id"] for r in records] == ids and all(ids)
     assert [r["cache"] for r in records][0] == "miss"
     hits = [r for r in records if r["cache"] == "exact"]
     assert hits and all(r["status"] == 200 and r["ttft_ms"] is not None for r in hits)
