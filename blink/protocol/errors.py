@@ -121,7 +121,7 @@ class UpstreamError(BlinkError):
 
     status = 502
     type = "upstream_error"
-    code = "upstream_error"
+    code: str | None = "upstream_error"
 
 
 class BackendTimeoutError(BlinkError):
