@@ -122,6 +122,9 @@ class ModelSettings(BaseModel):
     # takes minutes to compile, "layers" seconds; blink/engine/compiled_decode.py).
     compile: bool = False
     compile_mode: Literal["frozen", "layers"] = "frozen"
+    # Decode and verification steps through the fused C++ step where the model is eligible (CPU
+    # with AVX-512, bf16, int8 weights, bf16 KV cache); off only for A/B comparisons.
+    fused_decode: bool = True
     # Speculative decoding: n-gram prompt lookup, or a smaller draft model sharing the tokenizer.
     speculative: Literal["none", "ngram", "draft"] = "none"
     num_speculative_tokens: int = Field(5, ge=1, le=16)

@@ -298,6 +298,7 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
         kv_cache_dtype=getattr(ms, "kv_cache_dtype", "auto"),
         compile=getattr(ms, "compile", False),
         compile_mode=getattr(ms, "compile_mode", "frozen"),
+        fused_decode=getattr(ms, "fused_decode", True),
         speculative=None if getattr(ms, "speculative", "none") == "none" else ms.speculative,
         num_speculative_tokens=getattr(ms, "num_speculative_tokens", 5),
         speculative_draft_model=getattr(ms, "speculative_draft_model", None),

@@ -23,6 +23,8 @@ def test_engine_config_gets_speculation_and_quantization() -> None:
     assert (plain.compile, plain.compile_mode) == (False, "frozen")
     compiled = engine_config_from_settings(ModelSettings(model="m", compile=True, compile_mode="layers"))
     assert (compiled.compile, compiled.compile_mode) == (True, "layers")
+    assert plain.fused_decode is True
+    assert engine_config_from_settings(ModelSettings(model="m", fused_decode=False)).fused_decode is False
 
 
 def test_unknown_values_are_config_errors() -> None:
