@@ -38,6 +38,10 @@ class FakeUpstream:
         self.cancelled = 0
         # The ``user`` field of every cancelled request, so a test can name the one it cut.
         self.cancelled_users: list[str] = []
+        # The bodies of cancelled and of completed requests: a test on a shared upstream can tell
+        # its own requests' fates from those of other tests' stragglers.
+        self.cancelled_requests: list[dict[str, Any]] = []
+        self.completed_requests: list[dict[str, Any]] = []
         self.completed = 0
         self.cancelled_event = threading.Event()
         self.base_url = ""
@@ -88,6 +92,7 @@ class FakeUpstream:
             stream_task.cancel()
             self.cancelled += 1
             self.cancelled_users.append(str(req.get("user") or ""))
+            self.cancelled_requests.append(req)
             self.cancelled_event.set()
             await asyncio.gather(stream_task, return_exceptions=True)
             return
@@ -96,6 +101,7 @@ class FakeUpstream:
         if exc is not None:
             raise exc
         self.completed += 1
+        self.completed_requests.append(req)
 
     async def _respond(self, req: dict[str, Any], chat: bool, cfg: dict[str, float], send: Any) -> None:
         n = int(req.get("n") or 1)

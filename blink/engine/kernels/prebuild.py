@@ -6,12 +6,15 @@ loaded one); the test run calls this first so no single test's timeout pays for 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from blink.engine.kernels.attention import decode_kernel_available
 from blink.engine.kernels.decode_step import fused_decode_available
 from blink.engine.kernels.int8_gemv import int8_gemv_available
+
+log = logging.getLogger(__name__)
 
 _LIBRARIES: dict[str, Callable[[], bool]] = {
     "decode_attention": decode_kernel_available,
@@ -21,8 +24,16 @@ _LIBRARIES: dict[str, Callable[[], bool]] = {
 
 
 def build_all() -> dict[str, bool]:
-    """Build (or load) each library in parallel; name -> usable here."""
+    """Build (or load) each library in parallel; name -> usable here. Never raises: a library
+    that fails here fails the same way where an engine loads it, which is where it is reported."""
     # The compilers are subprocesses, so threads overlap them despite the GIL.
     with ThreadPoolExecutor(len(_LIBRARIES)) as pool:
         futures = {name: pool.submit(check) for name, check in _LIBRARIES.items()}
-    return {name: future.result() for name, future in futures.items()}
+    usable: dict[str, bool] = {}
+    for name, future in futures.items():
+        try:
+            usable[name] = future.result()
+        except Exception as exc:  # noqa: BLE001 - e.g. registering an op the library lacks
+            log.warning("kernel library %s failed to load (%s: %s)", name, type(exc).__name__, exc)
+            usable[name] = False
+    return usable
