@@ -13,6 +13,9 @@ alternating the two ROUNDS times in one run (TTFT at each length + 16-stream tok
 ``--ab-kernels ROUNDS`` compares our attention kernels (blink/engine/kernels/prefill_attention.cpp
 and decode_attention.cpp, the default where they build) against aten SDPA on one engine,
 alternating (TTFT, 16-stream tok/s and tok per CPU-s, batch-1 decode tok/s; ~2 min for 3 rounds).
+``--ab-kv-cache ROUNDS`` compares fp8 (e4m3) and int8 KV caches (``--kv-cache-dtypes``) with the
+model-dtype one (an engine each, same byte budget): decode tok/s of 16 streams at 1,900 cached
+tokens each and of one such stream, alternating ROUNDS times, plus the pools' block capacity ratio.
 """
 
 from __future__ import annotations
@@ -197,6 +200,42 @@ def ab_kernels(path: Path, dtype: str, threads: int, lengths: list[int], streams
              "kernel", "sdpa", figures)
 
 
+def ab_kv_cache(path: Path, dtype: str, threads: int, streams: int, context: int, rounds: int,
+                kinds: list[str], steps: int = 8) -> None:
+    """Quantized (``kinds``: fp8, int8) vs model-dtype KV cache, one engine each, same byte budget:
+    each engine prefills ``streams`` distinct ``context``-token prompts once (untimed), then the
+    engines decode ``steps`` steps in turn, alternating, so all read long contexts (where the
+    cache's bytes, not the weights', dominate a step) in the same minutes; then one stream alone."""
+    cfg = dict(model=str(path), dtype=dtype, threads=threads, max_model_len=2048,
+               kv_cache_memory_bytes=1 << 30, max_num_batched_tokens=2048, max_num_seqs=64,
+               enable_prefix_caching=False)
+    engines = {name: LLMEngine(EngineConfig(**cfg, kv_cache_dtype=name if name != dtype else "auto"), path)  # type: ignore[arg-type]
+               for name in [*kinds, dtype]}
+    blocks = {name: eng.runner.num_blocks for name, eng in engines.items()}  # type: ignore[attr-defined]
+    figures: dict[str, dict[str, list[float]]] = {name: {} for name in engines}
+    for batch in (streams, 1):
+        params = SamplingParams(max_tokens=2 + rounds * steps, temperature=0.0, ignore_eos=True)
+        for name, eng in engines.items():
+            for i in range(batch):
+                eng.add_request(f"{name}{batch}-{i}", rand_prompt(context, 9000 + i), params)
+            while any(not s.num_output_tokens for s in eng.scheduler.running) or eng.scheduler.waiting:
+                eng.step()  # prefill every stream (untimed)
+        for r in range(rounds):
+            for name, eng in (engines.items() if r % 2 == 0 else reversed(engines.items())):
+                t0 = time.perf_counter()
+                got = sum(len(o.new_token_ids) for _ in range(steps) for o in eng.step())
+                figures[name].setdefault(f"decode tok/s, {batch} x {context} ctx", []).append(
+                    got / (time.perf_counter() - t0))
+        for eng in engines.values():
+            while eng.has_unfinished():
+                eng.step()
+    for kind in kinds:
+        print_ab(f"{kind} KV cache vs {dtype}, {rounds} alternating rounds of {steps} steps, threads={threads}",
+                 kind, dtype, {kind: figures[kind], dtype: figures[dtype]})
+        print(f"{'KV blocks (same bytes)':30s} {blocks[kind]:10d} {blocks[dtype]:10d} "
+              f"{blocks[kind] / blocks[dtype]:7.2f}x")
+
+
 def print_ab(title: str, new: str, old: str, figures: dict[str, dict[str, list[float]]]) -> None:
     """Medians of an A/B run, one row per figure; gain > 1 = ``new`` better (lower TTFT, more tok/s)."""
     print(f"\n## {title}")
@@ -254,6 +293,10 @@ def main() -> None:
                     help="only compare packed vs plain bf16 linears, alternating ROUNDS times")
     ap.add_argument("--ab-kernels", type=int, default=0, metavar="ROUNDS",
                     help="only compare our attention kernels vs aten SDPA, alternating ROUNDS times")
+    ap.add_argument("--ab-kv-cache", type=int, default=0, metavar="ROUNDS",
+                    help="only compare quantized KV caches vs the model-dtype one at long context, alternating")
+    ap.add_argument("--kv-cache-dtypes", default="fp8,int8", help="--ab-kv-cache: the quantized caches")
+    ap.add_argument("--context", type=int, default=1900, help="--ab-kv-cache: cached tokens per stream")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -261,6 +304,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shapes.split(","):
             path = build(shape, Path(tmp), args.dtype)
+            if args.ab_kv_cache:
+                ab_kv_cache(path, args.dtype, args.threads, args.streams, args.context, args.ab_kv_cache,
+                            args.kv_cache_dtypes.split(","))
+                continue
             if args.ab_kernels:
                 ab_kernels(path, args.dtype, args.threads, lengths, args.streams, args.stream_tokens,
                            args.decode_tokens, args.ab_kernels)

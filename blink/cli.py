@@ -54,7 +54,7 @@ def serve(
     num_speculative_tokens: Annotated[int | None, typer.Option(help="Max tokens proposed per step (speculative decoding).")] = None,
     draft_model: Annotated[str | None, typer.Option(help="Draft model for --speculative draft (shares the tokenizer).")] = None,
     quantization: Annotated[str | None, typer.Option(help="Weight quantization: none | int8 | int8-dense-prefill (CPU, weight-only).")] = None,
-    kv_cache_dtype: Annotated[str | None, typer.Option(help="KV cache storage: auto (model dtype) | fp8 (CPU; 2x the blocks).")] = None,
+    kv_cache_dtype: Annotated[str | None, typer.Option(help="KV cache storage: auto (model dtype) | fp8 | int8 (CPU; ~2x the blocks).")] = None,
     no_prefix_caching: Annotated[bool, typer.Option("--no-prefix-caching", help="Disable prefix caching.")] = False,
     no_chunked_prefill: Annotated[bool, typer.Option("--no-chunked-prefill", help="Disable chunked prefill.")] = False,
     upstream: Annotated[str | None, typer.Option(help="Serve an OpenAI-compatible upstream (base URL ending in /v1).")] = None,

@@ -115,9 +115,10 @@ class ModelSettings(BaseModel):
     # Load-time weight quantization of linear layers (CPU: int8 weight-only, per-channel scales).
     # int8-dense-prefill also keeps the loaded weights for prefill (faster TTFT, more memory).
     quantization: Literal["none", "int8", "int8-dense-prefill"] = "none"
-    # KV cache storage: "auto" (the model dtype) or "fp8" (e4m3: half of bf16's bytes, twice the
-    # blocks for the same kv_cache_memory_bytes; CPU, bf16/fp32 models). blink/engine/kv_cache_dtype.py.
-    kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    # KV cache storage: "auto" (the model dtype), "fp8" (e4m3: half of bf16's bytes, twice the
+    # blocks for the same kv_cache_memory_bytes) or "int8" (per-row scales; 1.88x the blocks at
+    # head_dim 64); CPU, bf16/fp32 models. blink/engine/kv_cache_dtype.py.
+    kv_cache_dtype: Literal["auto", "fp8", "int8"] = "auto"
     # Decode-only steps through a torch.compile'd forward, compiled at start-up (opt-in: "frozen"
     # takes minutes to compile, "layers" seconds; blink/engine/compiled_decode.py).
     compile: bool = False

@@ -14,8 +14,9 @@ class EngineConfig:
     device: str = "cpu"  # "cpu", "cuda", "cuda:0"
     # KV pool size in bytes; the number of blocks is derived from it (not a sequence count).
     kv_cache_memory_bytes: int = 512 * 1024 * 1024
-    # KV cache storage: "auto" (the model dtype) or "fp8" (e4m3, scale 1.0: half of bf16's bytes,
-    # so twice the blocks for the same budget; CPU only). blink/engine/kv_cache_dtype.py.
+    # KV cache storage: "auto" (the model dtype), "fp8" (e4m3, scale 1.0: half of bf16's bytes,
+    # so twice the blocks for the same budget) or "int8" (per-(token, KV head) scales); CPU only.
+    # blink/engine/kv_cache_dtype.py.
     kv_cache_dtype: str = "auto"
     block_size: int = 16
     max_num_seqs: int = 64

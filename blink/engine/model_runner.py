@@ -20,7 +20,7 @@ from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
 from blink.engine.kernels.decode_step import FusedDecode, build_fused_decode
-from blink.engine.kv_cache_dtype import resolve_kv_cache_dtype
+from blink.engine.kv_cache_dtype import has_scales, resolve_kv_cache_dtype
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
 from blink.engine.layers.linear_int8 import quantize_model
 from blink.engine.layers.packed_linear import prepack_model
@@ -141,7 +141,9 @@ class ModelRunner:
         layers = model.attention_layers()
         shape = model.shape
         elem = torch.empty(0, dtype=self.kv_cache_dtype).element_size()
-        bytes_per_block = 2 * len(layers) * self.block_size * shape.num_kv_heads * shape.head_dim * elem
+        scaled = has_scales(self.kv_cache_dtype)
+        row_bytes = shape.head_dim * elem + (4 if scaled else 0)  # + an int8 row's fp32 scale
+        bytes_per_block = 2 * len(layers) * self.block_size * shape.num_kv_heads * row_bytes
         if num_blocks is None:
             num_blocks = self.config.kv_cache_memory_bytes // bytes_per_block
         if num_blocks < 1:
@@ -161,9 +163,14 @@ class ModelRunner:
             dtype=self.kv_cache_dtype,
             device=self.device,
         )
+        # Ones: a padded gather reads scales of slots no sequence wrote (times zero rows).
+        scales = torch.ones(self.kv_cache.shape[:-1], device=self.device) if scaled else None
         for i, attn in enumerate(layers):
             attn.k_cache = self.kv_cache[0, i]
             attn.v_cache = self.kv_cache[1, i]
+            if scales is not None:
+                attn.k_scale = scales[0, i]
+                attn.v_scale = scales[1, i]
         return int(num_blocks)
 
     @torch.inference_mode()

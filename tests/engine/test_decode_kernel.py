@@ -16,12 +16,13 @@ from blink.engine.kernels import attention as decode_kernel
 from blink.engine.kernels.attention import (
     ENV_SWITCH,
     decode_attention_cpu,
+    decode_attention_scaled_cpu,
     decode_kernel_available,
     paged_decode_cpu,
     prefill_attention_cpu,
     prefill_kernel_available,
 )
-from blink.engine.kv_cache_dtype import FP8
+from blink.engine.kv_cache_dtype import FP8, to_int8
 from blink.engine.model_runner import ModelRunner
 from blink.engine.scheduler import ScheduledSeq
 from blink.engine.sequence import Sequence
@@ -127,6 +128,32 @@ def test_fp8_cache_matches_float64_reference(dtype: torch.dtype) -> None:
     ref = _reference(q, k_cache.float(), v_cache.float(), tables, lens, dim**-0.5)
     tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
     assert float((out.double() - ref).abs().max()) < tol
+
+
+@needs_avx512
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_int8_cache_matches_float64_reference(dtype: torch.dtype) -> None:
+    """kv_cache_dtype="int8": int8 rows times their per-(slot, KV head) scales."""
+    assert decode_kernel_available()
+    g = torch.Generator().manual_seed(12)
+    heads, kv_heads, dim, block_size, num_blocks, batch, width = 9, 3, 64, 16, 40, 5, 9
+    # Rows of very different magnitudes, so a scale applied to the wrong row shows.
+    magnitude = torch.rand(num_blocks, block_size, kv_heads, 1, generator=g) * 10
+    k_cache, k_scale = to_int8(torch.randn(num_blocks, block_size, kv_heads, dim, generator=g) * magnitude)
+    v_cache, v_scale = to_int8(torch.randn(num_blocks, block_size, kv_heads, dim, generator=g) * magnitude)
+    tables = torch.stack([torch.randperm(num_blocks, generator=g)[:width] for _ in range(batch)])
+    lens = torch.tensor([1, block_size - 1, 2 * block_size + 3, width * block_size - 2, width * block_size])
+    q = (torch.randn(batch, heads, dim, generator=g) * 0.3).to(dtype)
+    out = decode_attention_scaled_cpu(q, k_cache, v_cache, k_scale, v_scale, tables, lens, dim**-0.5)
+    assert out.dtype == dtype and out.shape == q.shape
+    keys, values = k_cache.double() * k_scale[..., None], v_cache.double() * v_scale[..., None]
+    ref = _reference(q, keys, values, tables, lens, dim**-0.5)
+    tol = 1e-2 * float(ref.abs().max()) if dtype == torch.bfloat16 else 1e-4
+    assert float((out.double() - ref).abs().max()) < tol
+    with pytest.raises(RuntimeError, match="needs its scales"):
+        decode_attention_cpu(q, k_cache, v_cache, tables, lens, 1.0)
+    with pytest.raises(RuntimeError, match="scales are contiguous fp32"):
+        decode_attention_scaled_cpu(q, k_cache, v_cache, k_scale.double(), v_scale, tables, lens, 1.0)
 
 
 @needs_avx512

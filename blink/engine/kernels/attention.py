@@ -50,6 +50,19 @@ def _build() -> bool:
     ) -> torch.Tensor:
         return q.new_empty((q.shape[0], q.shape[1] * q.shape[2]))
 
+    @torch.library.register_fake("blink::decode_attention_scaled_cpu")
+    def _fake_scaled(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        k_scale: torch.Tensor,
+        v_scale: torch.Tensor,
+        tables: torch.Tensor,
+        lens: torch.Tensor,
+        scale: float,
+    ) -> torch.Tensor:
+        return torch.empty_like(q)
+
     @torch.library.register_fake("blink::decode_attention_cpu")
     def _fake(
         q: torch.Tensor,
@@ -102,6 +115,21 @@ def decode_attention_cpu(
 ) -> torch.Tensor:
     """``q [B, H, D]`` against the first ``lens[b]`` cached positions of each sequence -> ``[B, H, D]``."""
     return torch.ops.blink.decode_attention_cpu(q, k_cache, v_cache, block_tables, lens, scale)
+
+
+def decode_attention_scaled_cpu(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    k_scale: torch.Tensor,
+    v_scale: torch.Tensor,
+    block_tables: torch.Tensor,
+    lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """:func:`decode_attention_cpu` over an int8 cache whose rows are times their fp32 scales
+    (``[blocks, block_size, KVH]``, kv_cache_dtype="int8")."""
+    return torch.ops.blink.decode_attention_scaled_cpu(q, k_cache, v_cache, k_scale, v_scale, block_tables, lens, scale)
 
 
 def paged_decode_cpu(

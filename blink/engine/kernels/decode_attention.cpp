@@ -26,6 +26,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -34,11 +36,19 @@ using blink::attn::exp_row;
 using blink::attn::kLanes;
 using blink::attn::load16;
 
-// T: q and the output; C: the cache (T, or fp8 e4m3 widened on load).
+// int8 -> fp32 (exact) for an int8 KV cache; its row scale is applied to the score / weight.
+inline __m512 load16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+// T: q and the output; C: the cache (T, fp8 e4m3 or int8, widened on load). With int8, ks/vs are
+// the [slots, KV heads] fp32 row scales: q . (s k) = s (q . k), and p (s v) = (p s) v, so a scale
+// multiplies one score and one weight instead of every element.
 template <typename T, typename C>
 void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                            const at::Tensor& block_tables, const at::Tensor& lens, double scale,
-                           at::Tensor& out) {
+                           at::Tensor& out, const float* ks = nullptr, const float* vs = nullptr) {
+  constexpr bool kScaled = std::is_same_v<C, int8_t>;
   const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2);
   const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
   const int64_t group = heads / kv_heads;
@@ -66,7 +76,8 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
         _mm512_storeu_ps(qf.data() + i * kLanes, _mm512_mul_ps(load16(qp + q_off + i * kLanes), _mm512_set1_ps(fscale)));
       scores.resize(heads * n);
       for (int64_t j = 0; j < n; ++j) {
-        const C* slot = kp + (table[j / block_size] * block_size + j % block_size) * slot_stride;
+        const int64_t slot_index = table[j / block_size] * block_size + j % block_size;
+        const C* slot = kp + slot_index * slot_stride;
         for (int64_t h = 0; h < kv_heads; ++h) {
           for (int64_t g = 0; g < group; ++g) {
             const int64_t hq = h * group + g;
@@ -74,21 +85,28 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
             __m512 s = _mm512_setzero_ps();
             for (int64_t i = 0; i < vecs; ++i)
               s = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i * kLanes), load16(slot + h * dim + i * kLanes), s);
-            scores[hq * n + j] = _mm512_reduce_add_ps(s);
+            if constexpr (kScaled) {
+              scores[hq * n + j] = _mm512_reduce_add_ps(s) * ks[slot_index * kv_heads + h];
+            } else {
+              scores[hq * n + j] = _mm512_reduce_add_ps(s);
+            }
           }
         }
       }
       for (int64_t hq = 0; hq < heads; ++hq) inv_sum[hq] = 1.f / exp_row(scores.data() + hq * n, n);
       std::fill(acc.begin(), acc.end(), 0.f);
       for (int64_t j = 0; j < n; ++j) {
-        const C* slot = vp + (table[j / block_size] * block_size + j % block_size) * slot_stride;
+        const int64_t slot_index = table[j / block_size] * block_size + j % block_size;
+        const C* slot = vp + slot_index * slot_stride;
         for (int64_t h = 0; h < kv_heads; ++h) {
           for (int64_t i = 0; i < vecs; ++i) {
             const __m512 v = load16(slot + h * dim + i * kLanes);
             for (int64_t g = 0; g < group; ++g) {
               const int64_t hq = h * group + g;
               float* a = acc.data() + hq * dim + i * kLanes;
-              _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_set1_ps(scores[hq * n + j]), v, _mm512_loadu_ps(a)));
+              float w = scores[hq * n + j];
+              if constexpr (kScaled) w *= vs[slot_index * kv_heads + h];
+              _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_set1_ps(w), v, _mm512_loadu_ps(a)));
             }
           }
         }
@@ -100,13 +118,16 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
   });
 }
 
-at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                            const at::Tensor& block_tables, const at::Tensor& lens, double scale) {
+// Shape, dtype and index checks shared by both ops; returns q, the tables and lengths contiguous.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> checked(const at::Tensor& q, const at::Tensor& k_cache,
+                                                       const at::Tensor& v_cache, const at::Tensor& block_tables,
+                                                       const at::Tensor& lens) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(),
               "q [B, H, D], caches [blocks, block_size, KVH, D]");
-  const bool fp8 = k_cache.scalar_type() == at::kFloat8_e4m3fn;
-  TORCH_CHECK((q.scalar_type() == k_cache.scalar_type() || fp8) && v_cache.scalar_type() == k_cache.scalar_type(),
-              "q and the caches must share a dtype (or the caches be float8_e4m3fn)");
+  const bool narrow = k_cache.scalar_type() == at::kFloat8_e4m3fn || k_cache.scalar_type() == at::kChar;
+  TORCH_CHECK((q.scalar_type() == k_cache.scalar_type() || narrow) && v_cache.scalar_type() == k_cache.scalar_type(),
+              "q and the caches must share a dtype (or the caches be float8_e4m3fn / int8)");
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat, "bf16 or fp32 only");
   TORCH_CHECK(q.size(2) == k_cache.size(3) && q.size(1) % k_cache.size(2) == 0, "head shapes disagree");
   TORCH_CHECK(q.size(2) % kLanes == 0, "head_dim must be a multiple of 16");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && lens.scalar_type() == at::kLong,
@@ -128,14 +149,44 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
       TORCH_CHECK(block >= 0 && block < num_blocks, "block ", block, " outside the cache (", num_blocks, ")");
     }
   }
+  return {qc, tables, lc};
+}
+
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                            const at::Tensor& block_tables, const at::Tensor& lens, double scale) {
+  auto [qc, tables, lc] = checked(q, k_cache, v_cache, block_tables, lens);
+  TORCH_CHECK(k_cache.scalar_type() != at::kChar, "an int8 cache needs its scales (decode_attention_scaled_cpu)");
+  const bool fp8 = k_cache.scalar_type() == at::kFloat8_e4m3fn;
   auto out = at::empty_like(qc);
-  TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat, "bf16 or fp32 only");
   if (q.scalar_type() == at::kBFloat16) {
     if (fp8) decode_attention_impl<c10::BFloat16, c10::Float8_e4m3fn>(qc, k_cache, v_cache, tables, lc, scale, out);
     else decode_attention_impl<c10::BFloat16, c10::BFloat16>(qc, k_cache, v_cache, tables, lc, scale, out);
   } else {
     if (fp8) decode_attention_impl<float, c10::Float8_e4m3fn>(qc, k_cache, v_cache, tables, lc, scale, out);
     else decode_attention_impl<float, float>(qc, k_cache, v_cache, tables, lc, scale, out);
+  }
+  return out;
+}
+
+// decode_attention over an int8 cache (kv_cache_dtype="int8"): k_scale / v_scale [blocks, block_size, KVH]
+// fp32 hold each cached row's scale.
+at::Tensor decode_attention_scaled(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                   const at::Tensor& k_scale, const at::Tensor& v_scale,
+                                   const at::Tensor& block_tables, const at::Tensor& lens, double scale) {
+  auto [qc, tables, lc] = checked(q, k_cache, v_cache, block_tables, lens);
+  TORCH_CHECK(k_cache.scalar_type() == at::kChar, "decode_attention_scaled_cpu reads an int8 cache");
+  const auto scale_shape = k_cache.sizes().slice(0, 3);
+  TORCH_CHECK(k_scale.scalar_type() == at::kFloat && v_scale.scalar_type() == at::kFloat &&
+                  k_scale.sizes() == scale_shape && v_scale.sizes() == scale_shape &&
+                  k_scale.is_contiguous() && v_scale.is_contiguous(),
+              "scales are contiguous fp32 [blocks, block_size, KVH]");
+  auto out = at::empty_like(qc);
+  const float* ks = k_scale.data_ptr<float>();
+  const float* vs = v_scale.data_ptr<float>();
+  if (q.scalar_type() == at::kBFloat16) {
+    decode_attention_impl<c10::BFloat16, int8_t>(qc, k_cache, v_cache, tables, lc, scale, out, ks, vs);
+  } else {
+    decode_attention_impl<float, int8_t>(qc, k_cache, v_cache, tables, lc, scale, out, ks, vs);
   }
   return out;
 }
@@ -162,6 +213,7 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k, const at::Tens
                         const at::Tensor& lens, double scale) {
   TORCH_CHECK(k_cache.dim() == 4 && k.dim() == 3 && v.sizes() == k.sizes(), "k/v [B, KVH, D], caches [blocks, block_size, KVH, D]");
   TORCH_CHECK(slot_mapping.scalar_type() == at::kLong && slot_mapping.numel() == k.size(0), "one int64 slot per sequence");
+  TORCH_CHECK(k_cache.scalar_type() != at::kChar, "an int8 cache needs its scales (not paged_decode_cpu)");
   const int64_t kv_heads = k_cache.size(2), dim = k_cache.size(3);
   write_kv(k_cache.view({-1, kv_heads, dim}), slot_mapping, k);
   write_kv(v_cache.view({-1, kv_heads, dim}), slot_mapping, v);
@@ -173,10 +225,13 @@ at::Tensor paged_decode(const at::Tensor& q, const at::Tensor& k, const at::Tens
 // A fragment: the ``blink`` namespace is shared with other extensions (int8_gemv defines it).
 TORCH_LIBRARY_FRAGMENT(blink, m) {
   m.def("decode_attention_cpu(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, Tensor lens, float scale) -> Tensor");
+  m.def("decode_attention_scaled_cpu(Tensor q, Tensor k_cache, Tensor v_cache, Tensor k_scale, Tensor v_scale, "
+        "Tensor block_tables, Tensor lens, float scale) -> Tensor");
   m.def("paged_decode_cpu(Tensor q, Tensor k, Tensor v, Tensor k_cache, Tensor v_cache, Tensor slot_mapping, "
         "Tensor block_tables, Tensor lens, float scale) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(blink, CPU, m) {
   m.impl("decode_attention_cpu", &decode_attention);
+  m.impl("decode_attention_scaled_cpu", &decode_attention_scaled);
   m.impl("paged_decode_cpu", &paged_decode);
 }

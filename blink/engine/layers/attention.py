@@ -16,8 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from blink.engine.kernels.attention import decode_attention_cpu, paged_decode_cpu, prefill_attention_cpu
-from blink.engine.kv_cache_dtype import FP8, as_cached, write_kv
+from blink.engine.kernels.attention import (
+    decode_attention_cpu,
+    decode_attention_scaled_cpu,
+    paged_decode_cpu,
+    prefill_attention_cpu,
+)
+from blink.engine.kv_cache_dtype import FP8, as_cached, has_scales, write_kv
 from blink.engine.layers.paged_decode_op import paged_decode_attention
 
 
@@ -67,6 +72,12 @@ class PagedAttention(nn.Module):
         self.v_cache: torch.Tensor
         self.register_buffer("k_cache", torch.empty(0), persistent=False)
         self.register_buffer("v_cache", torch.empty(0), persistent=False)
+        # Per-(slot, KV head) fp32 scales of an int8 cache ([num_blocks, block_size, KVH]); empty
+        # for any other cache dtype (blink/engine/kv_cache_dtype.py).
+        self.k_scale: torch.Tensor
+        self.v_scale: torch.Tensor
+        self.register_buffer("k_scale", torch.empty(0), persistent=False)
+        self.register_buffer("v_scale", torch.empty(0), persistent=False)
         # Set by the model runner where blink::decode_attention_cpu is built (kernels/attention.py):
         # eager decodes then read the paged cache in place instead of gather + SDPA.
         self.decode_kernel = False
@@ -81,7 +92,7 @@ class PagedAttention(nn.Module):
             # The compiled decode graph (blink.engine.compiled_decode) sees one opaque node.
             mask = cast(torch.Tensor, meta.decode_mask)
             tables = cast(torch.Tensor, meta.decode_block_tables)
-            if self.decode_kernel and self._kernel_reads_cache(q):
+            if self.decode_kernel and self._kernel_reads_cache(q) and not self._scaled:
                 # The eager path's kernel (no Python in the graph), so compiled and eager decodes
                 # agree bit for bit; the mask is 0 exactly on each sequence's cached prefix.
                 lens = meta.decode_context_lens
@@ -90,14 +101,16 @@ class PagedAttention(nn.Module):
                 return paged_decode_cpu(
                     q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, tables, lens, self.scale
                 )
+            scales = (self.k_scale, self.v_scale) if self._scaled else (None, None)
             return paged_decode_attention(
-                q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, tables, mask, self.scale
+                q, k, v, self.k_cache, self.v_cache, meta.slot_mapping, tables, mask, self.scale, *scales
             )
         kvh, dim = self.num_kv_heads, self.head_dim
         k_flat = self.k_cache.view(-1, kvh, dim)
         v_flat = self.v_cache.view(-1, kvh, dim)
-        write_kv(k_flat, meta.slot_mapping, k)
-        write_kv(v_flat, meta.slot_mapping, v)
+        scaled = self._scaled
+        write_kv(k_flat, meta.slot_mapping, k, self.k_scale.view(-1, kvh) if scaled else None)
+        write_kv(v_flat, meta.slot_mapping, v, self.v_scale.view(-1, kvh) if scaled else None)
 
         if meta.prefills:
             k, v = as_cached(k, self.k_cache.dtype), as_cached(v, self.k_cache.dtype)
@@ -108,9 +121,15 @@ class PagedAttention(nn.Module):
             outputs.append(self._prefill(q, k, v, chunk))
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
+    @property
+    def _scaled(self) -> bool:
+        """An int8 cache: rows times their per-(slot, KV head) scales."""
+        return has_scales(self.k_cache.dtype)
+
     def _kernel_reads_cache(self, q: torch.Tensor) -> bool:
-        """blink::decode_attention_cpu reads a cache of q's dtype, or an fp8 one (widened per byte)."""
-        return q.dtype == self.k_cache.dtype or self.k_cache.dtype == FP8
+        """blink::decode_attention_cpu reads a cache of q's dtype or an fp8 one (widened per byte);
+        decode_attention_scaled_cpu an int8 one."""
+        return q.dtype == self.k_cache.dtype or self.k_cache.dtype == FP8 or self._scaled
 
     def _gather_kv(
         self, tables: torch.Tensor, workspace: torch.Tensor | None = None
@@ -130,7 +149,13 @@ class PagedAttention(nn.Module):
             torch.index_select(k_rows, 0, flat, out=keys)
             torch.index_select(v_rows, 0, flat, out=values)
         shape = (-1, self.num_kv_heads, self.head_dim)
-        return keys.view(shape), values.view(shape)
+        keys, values = keys.view(shape), values.view(shape)
+        if self._scaled:  # int8 rows times their scales: fp32
+            scale_shape = (-1, self.num_kv_heads, 1)
+            k_scales = self.k_scale.view(self.k_scale.shape[0], -1).index_select(0, flat).view(scale_shape)
+            v_scales = self.v_scale.view(self.v_scale.shape[0], -1).index_select(0, flat).view(scale_shape)
+            keys, values = keys.float() * k_scales, values.float() * v_scales
+        return keys, values
 
     def _decode_workspace(self, meta: AttentionMetadata, rows: int) -> torch.Tensor:
         """Scratch for the decode gather, made by the first layer and reused by the others.
@@ -151,7 +176,13 @@ class PagedAttention(nn.Module):
         batch = q.shape[0]
         tables = cast(torch.Tensor, meta.decode_block_tables)  # set whenever num_decode > 0
         if self.decode_kernel and meta.decode_context_lens is not None and self._kernel_reads_cache(q):
-            out = decode_attention_cpu(q, self.k_cache, self.v_cache, tables, meta.decode_context_lens, self.scale)
+            lens = meta.decode_context_lens
+            if self._scaled:
+                out = decode_attention_scaled_cpu(
+                    q, self.k_cache, self.v_cache, self.k_scale, self.v_scale, tables, lens, self.scale
+                )
+            else:
+                out = decode_attention_cpu(q, self.k_cache, self.v_cache, tables, lens, self.scale)
             return out.view(batch, self.num_heads * self.head_dim)
         keys, values = self._gather_kv(tables, self._decode_workspace(meta, tables.numel()))
         shape = (batch, -1, self.num_kv_heads, self.head_dim)

@@ -32,18 +32,27 @@ def paged_decode_attention(
     block_tables: torch.Tensor,
     mask: torch.Tensor,
     scale: float,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``q [B, H, D]``, ``k``/``v [B, KVH, D]``; caches ``[blocks, block_size, KVH, D]`` -> ``[B, H * D]``."""
+    """``q [B, H, D]``, ``k``/``v [B, KVH, D]``; caches ``[blocks, block_size, KVH, D]`` -> ``[B, H * D]``.
+
+    ``k_scale``/``v_scale`` (``[blocks, block_size, KVH]`` fp32) are an int8 cache's row scales.
+    """
     batch, heads, dim = q.shape
     kvh = k.shape[1]
     k_flat = k_cache.view(-1, kvh, dim)
     v_flat = v_cache.view(-1, kvh, dim)
-    write_kv(k_flat, slot_mapping, k)
-    write_kv(v_flat, slot_mapping, v)
+    write_kv(k_flat, slot_mapping, k, None if k_scale is None else k_scale.view(-1, kvh))
+    write_kv(v_flat, slot_mapping, v, None if v_scale is None else v_scale.view(-1, kvh))
     flat = block_tables.reshape(-1)
     shape = (batch, -1, kvh, dim)
-    keys = k_cache.view(k_cache.shape[0], -1).index_select(0, flat).view(shape).transpose(1, 2)
-    values = v_cache.view(v_cache.shape[0], -1).index_select(0, flat).view(shape).transpose(1, 2)
+    keys = k_cache.view(k_cache.shape[0], -1).index_select(0, flat).view(shape)
+    values = v_cache.view(v_cache.shape[0], -1).index_select(0, flat).view(shape)
+    if k_scale is not None and v_scale is not None:
+        keys = keys.float() * k_scale.view(k_scale.shape[0], -1).index_select(0, flat).view(batch, -1, kvh, 1)
+        values = values.float() * v_scale.view(v_scale.shape[0], -1).index_select(0, flat).view(batch, -1, kvh, 1)
+    keys, values = keys.transpose(1, 2), values.transpose(1, 2)
     out = F.scaled_dot_product_attention(
         q.reshape(batch, kvh, heads // kvh, dim),
         keys.to(q.dtype),
@@ -65,5 +74,7 @@ def _(
     block_tables: torch.Tensor,
     mask: torch.Tensor,
     scale: float,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     return q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
