@@ -6,6 +6,7 @@ high. The decode kernel's variants are checked in test_decode_kernel.py."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -210,7 +211,17 @@ def test_cli_rejects_an_unknown_kv_cache_dtype_before_starting() -> None:
     assert "kv_cache_dtype" in result.output and "fp8" in result.output
 
 
+@pytest.fixture
+def fresh_dynamo() -> Iterator[None]:
+    """Dynamo's per-frame graph cache is process-wide (8 entries): graphs compiled here for other
+    cache dtypes must not push test_compiled_decode.py's into recompiles, nor theirs ours."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("kv", ["fp8", "int8"])
+@pytest.mark.usefixtures("fresh_dynamo")
 def test_compiled_decode_reads_the_cache_like_eager(tiny_llama: Path, kv: str) -> None:
     """The compiled graph's opaque ops (blink::paged_decode_cpu for fp8, the Python paged op with
     scales for int8) write and widen as the eager path does."""

@@ -41,6 +41,53 @@ inline __m512 load16(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
+// Where a sequence's value rows live (and an int8 cache's row scales, else nullptr).
+template <typename C>
+struct ValueRows {
+  const C* base;
+  const int64_t* table;
+  int64_t block_size, slot_stride, kv_heads, dim, n;
+  const float* scales;
+};
+
+// acc[(hq + g) * dim + (i + c) * 16 ...] = sum over positions j, in order, of weight(hq + g, j) *
+// V[j, h, chunk i + c], for g < G and c < NI, in registers: accumulating all query heads of all
+// chunks at once in memory (load, fma, store per position) made the value loop store-bound.
+// The FMAs per element are the same, in the same order, as attend_kv_head's (decode_attention.h).
+template <int G, int NI, typename C>
+inline void accumulate_values_n(const ValueRows<C>& r, int64_t h, int64_t i, int64_t hq, const float* scores,
+                                float* acc) {
+  constexpr bool kScaled = std::is_same_v<C, int8_t>;
+  __m512 a[G][NI];
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < NI; ++c) a[g][c] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < r.n; ++j) {
+    const int64_t slot_index = r.table[j / r.block_size] * r.block_size + j % r.block_size;
+    const C* row = r.base + slot_index * r.slot_stride + h * r.dim + i * kLanes;
+    __m512 v[NI];
+    for (int c = 0; c < NI; ++c) v[c] = load16(row + c * kLanes);
+    for (int g = 0; g < G; ++g) {
+      float w = scores[(hq + g) * r.n + j];
+      if constexpr (kScaled) w *= r.scales[slot_index * r.kv_heads + h];
+      const __m512 wv = _mm512_set1_ps(w);
+      for (int c = 0; c < NI; ++c) a[g][c] = _mm512_fmadd_ps(wv, v[c], a[g][c]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < NI; ++c) _mm512_storeu_ps(acc + (hq + g) * r.dim + (i + c) * kLanes, a[g][c]);
+}
+
+template <int NI, typename C>
+inline void accumulate_values(const ValueRows<C>& r, int64_t h, int64_t i, int64_t hq, int64_t gn,
+                              const float* scores, float* acc) {
+  switch (gn) {
+    case 1: accumulate_values_n<1, NI>(r, h, i, hq, scores, acc); break;
+    case 2: accumulate_values_n<2, NI>(r, h, i, hq, scores, acc); break;
+    case 3: accumulate_values_n<3, NI>(r, h, i, hq, scores, acc); break;
+    default: accumulate_values_n<4, NI>(r, h, i, hq, scores, acc); break;
+  }
+}
+
 // T: q and the output; C: the cache (T, fp8 e4m3 or int8, widened on load). With int8, ks/vs are
 // the [slots, KV heads] fp32 row scales: q . (s k) = s (q . k), and p (s v) = (p s) v, so a scale
 // multiplies one score and one weight instead of every element.
@@ -67,7 +114,7 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
   // all heads is one contiguous read, so a block streams once from memory (per-head tasks read
   // 128 of every 384 bytes three times over and lost to gather + SDPA on a cold pool).
   at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> qf(heads * dim), acc(heads * dim), scores, inv_sum(heads);
+    std::vector<float> qf(heads * dim), acc(heads * dim), scores, inv_sum(heads), krow(kv_heads * dim);
     for (int64_t b = begin; b < end; ++b) {
       const int64_t n = lp[b];
       const int64_t* table = tables + b * width;
@@ -78,13 +125,17 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
       for (int64_t j = 0; j < n; ++j) {
         const int64_t slot_index = table[j / block_size] * block_size + j % block_size;
         const C* slot = kp + slot_index * slot_stride;
+        // The slot's keys widened to fp32 once, not once per query head of the group (the
+        // widening, not the FMAs, dominated this loop: 3 of 4 conversions were repeats at GQA 3).
+        for (int64_t i = 0; i < kv_heads * vecs; ++i) _mm512_storeu_ps(krow.data() + i * kLanes, load16(slot + i * kLanes));
         for (int64_t h = 0; h < kv_heads; ++h) {
           for (int64_t g = 0; g < group; ++g) {
             const int64_t hq = h * group + g;
             const float* qg = qf.data() + hq * dim;
+            const float* key = krow.data() + h * dim;
             __m512 s = _mm512_setzero_ps();
             for (int64_t i = 0; i < vecs; ++i)
-              s = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i * kLanes), load16(slot + h * dim + i * kLanes), s);
+              s = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i * kLanes), _mm512_loadu_ps(key + i * kLanes), s);
             if constexpr (kScaled) {
               scores[hq * n + j] = _mm512_reduce_add_ps(s) * ks[slot_index * kv_heads + h];
             } else {
@@ -94,23 +145,16 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
         }
       }
       for (int64_t hq = 0; hq < heads; ++hq) inv_sum[hq] = 1.f / exp_row(scores.data() + hq * n, n);
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t slot_index = table[j / block_size] * block_size + j % block_size;
-        const C* slot = vp + slot_index * slot_stride;
-        for (int64_t h = 0; h < kv_heads; ++h) {
-          for (int64_t i = 0; i < vecs; ++i) {
-            const __m512 v = load16(slot + h * dim + i * kLanes);
-            for (int64_t g = 0; g < group; ++g) {
-              const int64_t hq = h * group + g;
-              float* a = acc.data() + hq * dim + i * kLanes;
-              float w = scores[hq * n + j];
-              if constexpr (kScaled) w *= vs[slot_index * kv_heads + h];
-              _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_set1_ps(w), v, _mm512_loadu_ps(a)));
-            }
+      const ValueRows<C> rows{vp, table, block_size, slot_stride, kv_heads, dim, n, vs};
+      const int64_t chunk = vecs % 4 == 0 ? 4 : 1;
+      for (int64_t h = 0; h < kv_heads; ++h)
+        for (int64_t i = 0; i < vecs; i += chunk)
+          for (int64_t g = 0; g < group; g += 4) {
+            const int64_t hq = h * group + g;
+            const int64_t gn = std::min<int64_t>(4, group - g);
+            if (chunk == 4) accumulate_values<4>(rows, h, i, hq, gn, scores.data(), acc.data());
+            else accumulate_values<1>(rows, h, i, hq, gn, scores.data(), acc.data());
           }
-        }
-      }
       for (int64_t hq = 0; hq < heads; ++hq)
         for (int64_t d = 0; d < dim; ++d)
           op[q_off + hq * dim + d] = static_cast<T>(acc[hq * dim + d] * inv_sum[hq]);
