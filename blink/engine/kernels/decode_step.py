@@ -1,8 +1,9 @@
-"""Build ``torch.classes.blink.DecodeStep`` (decode_step.cpp): a decode-only step in one C++ call.
+"""Build ``torch.classes.blink.DecodeStep`` (decode_step.cpp): a decode step in one C++ call.
 
 The C++ object holds the model's weights once; each step passes only its per-step tensors
 (token ids, positions, slots, block tables, context lengths) and gets float32 logits back. It
-replaces, for decode-only batches of up to :data:`MAX_ROWS` sequences, both the eager forward
+replaces, for steps of up to :data:`MAX_ROWS` rows (one per decoded token, or the 1 + K tokens of
+a speculative verification span: model_runner.execute_spans picks them), both the eager forward
 (~25 dispatched ops per layer) and the compiled graph (Dynamo guards on every weight, a Python
 wrapper, ~100 small OpenMP regions per step): see decode_step.cpp for the measured overheads.
 
@@ -163,5 +164,5 @@ def build_fused_decode(model: Any, max_rows: int = MAX_ROWS) -> FusedDecode | No
     if not fused_decode_available():
         return None
     step = torch.classes.blink.DecodeStep(*args)
-    log.info("decode-only steps of 1-%d rows run the fused C++ step (blink::DecodeStep)", max_rows)
+    log.info("decode and verification steps of 1-%d rows run the fused C++ step (blink::DecodeStep)", max_rows)
     return FusedDecode(step, max_rows)
