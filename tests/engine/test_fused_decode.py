@@ -79,12 +79,15 @@ def test_logits_and_kv_writes_match_eager(arch: str, request: pytest.FixtureRequ
 
 @needs_avx512
 def test_two_threads_match_one(tiny_qwen2: Path) -> None:
-    """The step's rows and attention tasks split across 2 threads give the 1-thread result."""
+    """The step's rows and attention tasks split across 2 threads give the 1-thread result, also
+    with a verification span whose rows read K/V that other threads' tasks write (the barrier
+    between the cache writes and attention)."""
     runner = _runner(tiny_qwen2, True)
     seqs = [[5, 6, 7] * k for k in (1, 6, 11)]
     tables = [list(range(i * _BLOCKS_PER_SEQ, (i + 1) * _BLOCKS_PER_SEQ)) for i in range(len(seqs))]
     runner.execute_spans([RunSpan(str(i), s, 0, tables[i]) for i, s in enumerate(seqs)])
     spans = [RunSpan(str(i), [9], len(s), tables[i]) for i, s in enumerate(seqs)]
+    spans[1] = RunSpan("1", [9, 4, 8, 2, 7, 3], len(seqs[1]), tables[1], num_logits=6)
     cache = runner.kv_cache.clone()
     one = runner.execute_spans(spans)
     runner.kv_cache.copy_(cache)
