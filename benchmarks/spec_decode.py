@@ -115,7 +115,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--edit-every", type=int, default=12, help="one token in N of the rewrite differs")
-    ap.add_argument("--reps", type=int, default=2, help="alternating off/on rounds (best of each)")
+    ap.add_argument("--reps", type=int, default=3, help="alternating off/on rounds (best of each)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
