@@ -211,6 +211,20 @@ def test_smollm2_width_stays_bit_identical(tmp_path: Path, tiny_tokenizer_dir: P
         for i, s in enumerate(seqs):
             s.append(int(ref[i].argmax()))
     assert torch.equal(fused.kv_cache, eager.kv_cache)
+    # Verification spans on 2 threads: with 3 KV heads a span's (row, head) tasks alternate
+    # between the threads, so a row reads K/V the other thread wrote (the step's barrier).
+    news = [torch.randint(0, 500, (6,), generator=g).tolist() for _ in range(3)]
+    spans = [RunSpan(str(i), news[i], len(seqs[i]), tables[i], 6) for i in range(3)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ours = fused.execute_spans(spans)
+    finally:
+        torch.set_num_threads(threads)
+    rows = [eager.execute_spans([RunSpan(str(i), [t], len(seqs[i]) + j, tables[i])]) for i in range(3)
+            for j, t in enumerate(news[i])]
+    assert torch.equal(ours, torch.cat(rows))
+    assert torch.equal(fused.kv_cache, eager.kv_cache)
 
 
 @needs_avx512
