@@ -31,7 +31,10 @@ class LiveServer:
         self.port = sock.getsockname()[1]
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
         self._thread.start()
-        deadline = time.monotonic() + 20
+        # Start-up includes the lifespan: an embedded engine's process (torch import, model load,
+        # kernel libraries) takes 5-10 s idle and over 20 s on a loaded 2-core machine. A wait,
+        # not a timing goal: a thread that dies fails at once.
+        deadline = time.monotonic() + 120
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 raise RuntimeError("server did not start")
