@@ -1,6 +1,7 @@
 """The fused C++ decode step (kernels/decode_step.py): the same logits, KV cache writes and greedy
-tokens as the eager bf16 path on the same int8 weights, for Llama, Qwen2 and Qwen3; the fallbacks
-(env switch, ineligible model); the engine end to end with prefix caching and preemption."""
+tokens as the eager bf16 path on the same int8 weights, for Llama, Qwen2 and Qwen3, with bf16, fp8
+and int8 KV caches; the fallbacks (env switch, ineligible model); the engine end to end with prefix
+caching and preemption."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 _BLOCKS_PER_SEQ = 4
 
 
-def _runner(path: Path, fused: bool) -> ModelRunner:
+def _runner(path: Path, fused: bool, kv_cache_dtype: str = "auto") -> ModelRunner:
     cfg = EngineConfig(
-        model=str(path), dtype="bfloat16", quantization="int8", threads=1, max_model_len=512, fused_decode=fused
+        model=str(path), dtype="bfloat16", quantization="int8", threads=1, max_model_len=512, fused_decode=fused,
+        kv_cache_dtype=kv_cache_dtype,
     )
     return ModelRunner(cfg, num_blocks=64)
 
@@ -292,3 +294,65 @@ def test_which_steps_the_fused_path_takes(tiny_llama: Path, monkeypatch: pytest.
     assert wide.shape == (3 * len(spans), vocab) and calls == [3 * (MAX_ROWS // 3), 3]
     alone = torch.cat([runner.execute_spans([s]) for s in spans])
     assert torch.equal(wide, alone)
+
+
+def _cache_state(runner: ModelRunner) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The KV pool's bytes (torch.equal has no fp8 kernel) and every layer's int8 row scales."""
+    scales = [t for a in runner.model.attention_layers() for t in (a.k_scale, a.v_scale)]
+    return runner.kv_cache.view(torch.uint8), scales
+
+
+def _same_cache(a: ModelRunner, b: ModelRunner) -> bool:
+    (bytes_a, scales_a), (bytes_b, scales_b) = _cache_state(a), _cache_state(b)
+    return torch.equal(bytes_a, bytes_b) and all(torch.equal(x, y) for x, y in zip(scales_a, scales_b, strict=True))
+
+
+@needs_avx512
+@pytest.mark.usefixtures("same_matmul")
+@pytest.mark.parametrize("kv", ["fp8", "int8"])
+@pytest.mark.parametrize("arch", ["tiny_llama", "tiny_qwen3"])
+def test_quantized_caches_match_eager(arch: str, kv: str, request: pytest.FixtureRequest) -> None:
+    """With an fp8 or int8 KV cache the fused step writes the same bytes (and int8 row scales) as
+    the eager path's write_kv and reads them as decode_attention_cpu / _scaled_cpu do: decode rows
+    at batch 1 and 4, then a step mixing decode rows with verification spans, equal one-row eager
+    steps bit for bit (Qwen3: k norm before the write)."""
+    path = request.getfixturevalue(arch)
+    fused, eager = _runner(path, True, kv), _runner(path, False, kv)
+    assert fused.fused_decode and not eager.fused_decode
+    assert fused.kv_cache.dtype == eager.kv_cache.dtype != torch.bfloat16
+    g = torch.Generator().manual_seed(7)
+    seqs = [torch.randint(0, 500, (n,), generator=g).tolist() for n in (14, 9, 30, 3)]
+    tables = [list(range(i * _BLOCKS_PER_SEQ, (i + 1) * _BLOCKS_PER_SEQ)) for i in range(len(seqs))]
+    for r in (fused, eager):
+        r.execute_spans([RunSpan(str(i), s, 0, tables[i]) for i, s in enumerate(seqs)])
+    for rows in (1, 4, 1, 4):
+        spans = [RunSpan(str(i), [seqs[i][-1]], len(seqs[i]), tables[i]) for i in range(rows)]
+        ours, ref = fused.execute_spans(spans), eager.execute_spans(spans)
+        assert torch.equal(ours, ref)
+        assert _same_cache(fused, eager)
+        for i in range(rows):
+            seqs[i].append(int(ref[i].argmax()))
+    news = [torch.randint(0, 500, (n,), generator=g).tolist() for n in (5, 1, 4, 3)]
+    spans = [RunSpan(str(i), news[i], len(seqs[i]), tables[i], len(news[i])) for i in range(len(seqs))]
+    ours = fused.execute_spans(spans)
+    rows = [
+        eager.execute_spans([RunSpan(str(i), [tok], len(seqs[i]) + j, tables[i])])
+        for i in range(len(seqs))
+        for j, tok in enumerate(news[i])
+    ]
+    assert torch.equal(ours, torch.cat(rows))
+    assert _same_cache(fused, eager)
+
+
+@needs_avx512
+@pytest.mark.usefixtures("same_matmul")
+@pytest.mark.parametrize("kv", ["fp8", "int8"])
+def test_engine_greedy_tokens_equal_eager_with_quantized_caches(kv: str, tiny_qwen3: Path) -> None:
+    prompts = _prompts(8, seed=4)
+    outputs = {}
+    for fused in (True, False):
+        engine = _engine(tiny_qwen3, fused, kv_cache_dtype=kv)
+        assert engine.runner.fused_decode == fused
+        outputs[fused] = [engine.generate(prompts[:n], GREEDY) for n in (1, 8)]
+    assert outputs[True] == outputs[False]
+    assert all(len(o) == 24 for batch in outputs[True] for o in batch)

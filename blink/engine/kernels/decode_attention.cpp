@@ -36,11 +36,6 @@ using blink::attn::exp_row;
 using blink::attn::kLanes;
 using blink::attn::load16;
 
-// int8 -> fp32 (exact) for an int8 KV cache; its row scale is applied to the score / weight.
-inline __m512 load16(const int8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-
 // Where a sequence's value rows live (and an int8 cache's row scales, else nullptr).
 template <typename C>
 struct ValueRows {

@@ -1,6 +1,7 @@
 // Decode attention of one (sequence, KV head) for the fused step (decode_step.cpp): the same
 // operations in the same order as decode_attention.cpp's per-sequence loop (the eager and compiled
-// paths), which shares load16/exp_row from here, so both round alike bit for bit.
+// paths), which shares load16/exp_row from here, so both round alike bit for bit, for bf16 / fp32,
+// fp8 (e4m3) and int8 (row-scaled) caches alike.
 //
 // Scores in fp32 (q pre-scaled in fp32), an fp32 softmax with exp16 (simd_exp.h), the weighted
 // sum of values accumulated in fp32 in position order, one rounding to the output dtype.
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 namespace blink::attn {
 
@@ -40,6 +42,11 @@ inline __m512 load16(const c10::Float8_e4m3fn* p) {
   const __m256i magnitude = _mm256_slli_epi16(_mm256_and_si256(bytes, _mm256_set1_epi16(0x7F)), 7);
   const __m512 scaled = _mm512_cvtph_ps(_mm256_or_si256(sign, magnitude));
   return _mm512_mul_ps(scaled, _mm512_set1_ps(256.f));
+}
+
+// int8 -> fp32 (exact) for an int8 KV cache; its row scale is applied to the score / weight.
+inline __m512 load16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
 // softmax numerators of one row in place; returns their sum.
@@ -70,37 +77,51 @@ struct PagedSeq {
   int64_t block_size;
   int64_t slot_stride;  // elements between consecutive cache slots (KV heads * dim)
   int64_t len;          // cached positions attended
+  int64_t slot_index(int64_t j) const { return table[j / block_size] * block_size + j % block_size; }
   template <typename T>
   const T* slot(const T* base, int64_t j) const {
-    return base + (table[j / block_size] * block_size + j % block_size) * slot_stride;
+    return base + slot_index(j) * slot_stride;
   }
 };
 
 // The `group` query heads of KV head h: qf [group, dim] fp32 (already times the softmax scale),
 // scores [group * len] and acc [group * dim] fp32 scratch; out[g * dim + d] gets head g's output.
-template <typename T>
-inline void attend_kv_head(const float* qf, int64_t group, int64_t dim, const T* k_cache, const T* v_cache,
-                           const PagedSeq& seq, int64_t h, float* scores, float* acc, T* out) {
-  const int64_t n = seq.len, vecs = dim / kLanes;
+// T: the output; C: the cache (T, fp8 or int8, widened by load16). With int8, ks / vs are the
+// [slots, KV heads] fp32 row scales, applied to a score and a weight as decode_attention.cpp does
+// (q . (s k) = s (q . k), p (s v) = (p s) v), else nullptr.
+template <typename T, typename C>
+inline void attend_kv_head(const float* qf, int64_t group, int64_t dim, const C* k_cache, const C* v_cache,
+                           const PagedSeq& seq, int64_t h, float* scores, float* acc, T* out,
+                           const float* ks = nullptr, const float* vs = nullptr) {
+  constexpr bool kScaled = std::is_same_v<C, int8_t>;
+  const int64_t n = seq.len, vecs = dim / kLanes, kv_heads = seq.slot_stride / dim;
   for (int64_t j = 0; j < n; ++j) {
-    const T* key = seq.slot(k_cache, j) + h * dim;
+    const C* key = seq.slot(k_cache, j) + h * dim;
     for (int64_t g = 0; g < group; ++g) {
       __m512 s = _mm512_setzero_ps();
       for (int64_t i = 0; i < vecs; ++i)
         s = _mm512_fmadd_ps(_mm512_loadu_ps(qf + g * dim + i * kLanes), load16(key + i * kLanes), s);
-      scores[g * n + j] = _mm512_reduce_add_ps(s);
+      if constexpr (kScaled) {
+        scores[g * n + j] = _mm512_reduce_add_ps(s) * ks[seq.slot_index(j) * kv_heads + h];
+      } else {
+        scores[g * n + j] = _mm512_reduce_add_ps(s);
+      }
     }
   }
   for (int64_t i = 0; i < group * dim; ++i) acc[i] = 0.f;
   float inv_sum[64];  // group <= 64 (checked where the shapes are known)
   for (int64_t g = 0; g < group; ++g) inv_sum[g] = 1.f / exp_row(scores + g * n, n);
   for (int64_t j = 0; j < n; ++j) {
-    const T* value = seq.slot(v_cache, j) + h * dim;
+    const C* value = seq.slot(v_cache, j) + h * dim;
+    float row_scale = 1.f;
+    if constexpr (kScaled) row_scale = vs[seq.slot_index(j) * kv_heads + h];
     for (int64_t i = 0; i < vecs; ++i) {
       const __m512 v = load16(value + i * kLanes);
       for (int64_t g = 0; g < group; ++g) {
+        float w = scores[g * n + j];
+        if constexpr (kScaled) w *= row_scale;
         float* a = acc + g * dim + i * kLanes;
-        _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_set1_ps(scores[g * n + j]), v, _mm512_loadu_ps(a)));
+        _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_set1_ps(w), v, _mm512_loadu_ps(a)));
       }
     }
   }

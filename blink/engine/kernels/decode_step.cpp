@@ -12,12 +12,14 @@
 // embedding bf16; x = bf16(hidden + residual); RMSNorm bf16(w * bf16(x * rsqrt(mean(x^2) + eps)))
 // with the statistics in fp32; linear outputs bf16 (bias added in bf16); rope with bf16 cos/sin,
 // bf16(bf16(x1 cos) - bf16(x2 sin)) | bf16(bf16(x2 cos) + bf16(x1 sin)); attention as
-// decode_attention.h; bf16(bf16(silu(gate)) * up) (silu from a table F.silu made); the LM head's
+// decode_attention.h; K/V rounded into an fp8 or int8 cache as kv_cache_dtype.py's write_kv does;
+// bf16(bf16(silu(gate)) * up) (silu from a table F.silu made); the LM head's
 // bf16 output widened to fp32.
 // The matmuls are int8_matmul.h's (fp32 accumulation; summation order may differ from aten's).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
@@ -58,8 +60,42 @@ struct Linear {
 
 struct Layer {
   at::Tensor in_norm, q_norm, k_norm, post_norm, k_cache, v_cache;
+  at::Tensor k_scale, v_scale;  // an int8 cache's [blocks, block_size, KVH] fp32 row scales, else undefined
   Linear qkv, o, gate_up, down;
 };
+
+// The KV cache's element type (kv_cache_dtype.py): the model's bf16, fp8 e4m3 or row-scaled int8.
+enum class CacheKind { kBf16, kFp8, kInt8 };
+
+// The largest finite e4m3fn value (kv_cache_dtype.FP8_MAX); writes clamp to it (no infinity).
+constexpr float kFp8Max = 448.f;
+// Symmetric int8 rows span [-127, 127] (kv_cache_dtype.INT8_MAX).
+constexpr float kInt8Max = 127.f;
+
+// One head's dim values of src into the cache row dst as kv_cache_dtype.py's write_kv rounds them:
+// bf16 as is; fp8 clamped to ±448 then rounded to e4m3 (c10's conversion, which aten's .to uses);
+// int8 as round-half-even(x / s) with s = amax / 127 in fp32 (1 for an all-zero row) into *scale.
+inline void store_row(const bf16* src, int64_t dim, CacheKind kind, void* dst, float* scale) {
+  if (kind == CacheKind::kBf16) {
+    std::memcpy(dst, src, dim * sizeof(bf16));
+  } else if (kind == CacheKind::kFp8) {
+    auto* out = static_cast<c10::Float8_e4m3fn*>(dst);
+    for (int64_t d = 0; d < dim; ++d) {
+      const float x = static_cast<float>(src[d]);
+      out[d] = c10::Float8_e4m3fn(x < -kFp8Max ? -kFp8Max : (x > kFp8Max ? kFp8Max : x));  // NaN stays NaN
+    }
+  } else {
+    float amax = 0.f;
+    for (int64_t d = 0; d < dim; ++d) amax = std::max(amax, std::fabs(static_cast<float>(src[d])));
+    const float s = amax > 0.f ? amax / kInt8Max : 1.f;
+    auto* out = static_cast<int8_t*>(dst);
+    for (int64_t d = 0; d < dim; ++d) {
+      const float q = std::nearbyint(static_cast<float>(src[d]) / s);
+      out[d] = static_cast<int8_t>(std::min(kInt8Max, std::max(-kInt8Max, q)));
+    }
+    *scale = s;
+  }
+}
 
 // Rows [n0, n1) of N split across `threads` in kRowAlign multiples: thread t's share.
 inline void split(int64_t N, int t, int threads, int64_t& n0, int64_t& n1) {
@@ -157,9 +193,10 @@ class DecodeStep : public torch::CustomClassHolder {
   //          (F.silu of every bf16 bit pattern, see the MLP phase).
   // layers: per layer kPerLayer tensors in this order: input norm, qkv weight, scale, bias,
   //         q_norm, k_norm, o weight, scale, bias, post norm, gate_up weight, scale, bias,
-  //         down weight, scale, bias, k_cache, v_cache ([blocks, block_size, KVH, D] bf16).
-  //         An absent bias or q/k norm is an empty tensor.
-  static constexpr int64_t kPerLayer = 18;
+  //         down weight, scale, bias, k_cache, v_cache ([blocks, block_size, KVH, D] bf16, fp8
+  //         e4m3 or int8; every layer alike), k_scale, v_scale ([blocks, block_size, KVH] fp32
+  //         for an int8 cache). An absent bias, q/k norm or scale is an empty tensor.
+  static constexpr int64_t kPerLayer = 20;
 
   DecodeStep(std::vector<int64_t> dims, double eps, double scale, std::vector<at::Tensor> globals,
              std::vector<at::Tensor> layers)
@@ -193,11 +230,23 @@ class DecodeStep : public torch::CustomClassHolder {
       l.gate_up = linear(t[10], t[11], t[12], 2 * inter_, hidden_, "gate_up");
       l.down = linear(t[13], t[14], t[15], hidden_, inter_, "down");
       l.k_cache = t[16], l.v_cache = t[17];
-      TORCH_CHECK(l.k_cache.scalar_type() == at::kBFloat16 && l.k_cache.is_contiguous() &&
+      const auto type = l.k_cache.scalar_type();
+      const CacheKind kind = type == at::kChar               ? CacheKind::kInt8
+                             : type == at::kFloat8_e4m3fn ? CacheKind::kFp8
+                                                          : CacheKind::kBf16;
+      if (layers_.empty()) kind_ = kind;
+      TORCH_CHECK((type == at::kBFloat16 || kind != CacheKind::kBf16) && kind == kind_ && l.k_cache.is_contiguous() &&
                       l.v_cache.sizes() == l.k_cache.sizes() && l.v_cache.is_contiguous() &&
-                      l.v_cache.scalar_type() == at::kBFloat16 && l.k_cache.dim() == 4 &&
+                      l.v_cache.scalar_type() == type && l.k_cache.dim() == 4 &&
                       l.k_cache.size(2) == kv_heads_ && l.k_cache.size(3) == dim_,
-                  "DecodeStep: caches [blocks, block_size, KVH, D] bf16, contiguous");
+                  "DecodeStep: caches [blocks, block_size, KVH, D] bf16, fp8 or int8 (all layers alike), contiguous");
+      if (kind == CacheKind::kInt8) {
+        const auto scale_shape = l.k_cache.sizes().slice(0, 3);
+        for (const at::Tensor* sc : {&t[18], &t[19]})
+          TORCH_CHECK(sc->scalar_type() == at::kFloat && sc->sizes() == scale_shape && sc->is_contiguous(),
+                      "DecodeStep: an int8 cache needs contiguous fp32 scales [blocks, block_size, KVH]");
+        l.k_scale = t[18], l.v_scale = t[19];
+      }
       layers_.push_back(std::move(l));
     }
     TORCH_CHECK(!layers_.empty(), "DecodeStep: no layers");
@@ -342,12 +391,17 @@ class DecodeStep : public torch::CustomClassHolder {
     const float* cs = cos_sin_.data_ptr<float>() + st.pos[m] * dim_;
     const bf16* row = qkv_.data() + m * (q_size + 2 * kv_size);
     bf16* head = s.head.data();
-    const int64_t slot = st.slots[m] * kv_size + h * dim_;
+    const int64_t element = st.slots[m] * kv_size + h * dim_;  // the row's first element in the cache
+    const int64_t scale_at = st.slots[m] * kv_heads_ + h;       // its int8 scale
     if (qk_norm_) rms_norm(row + q_size + h * dim_, l.k_norm.data_ptr<bf16>(), dim_, eps_, head);
     else std::memcpy(head, row + q_size + h * dim_, dim_ * sizeof(bf16));
     rope(head, cs, dim_);
-    std::memcpy(l.k_cache.data_ptr<bf16>() + slot, head, dim_ * sizeof(bf16));
-    std::memcpy(l.v_cache.data_ptr<bf16>() + slot, row + q_size + kv_size + h * dim_, dim_ * sizeof(bf16));
+    const int64_t bytes = l.k_cache.element_size();
+    auto* kc = static_cast<uint8_t*>(l.k_cache.data_ptr()) + element * bytes;
+    auto* vc = static_cast<uint8_t*>(l.v_cache.data_ptr()) + element * bytes;
+    const bool scaled = kind_ == CacheKind::kInt8;
+    store_row(head, dim_, kind_, kc, scaled ? l.k_scale.data_ptr<float>() + scale_at : nullptr);
+    store_row(row + q_size + kv_size + h * dim_, dim_, kind_, vc, scaled ? l.v_scale.data_ptr<float>() + scale_at : nullptr);
   }
 
   // Second half: q norm and rope of the group's query heads, then their attention over the row's
@@ -365,8 +419,25 @@ class DecodeStep : public torch::CustomClassHolder {
       for (int64_t d = 0; d < dim_; ++d) s.qf[g * dim_ + d] = static_cast<float>(head[d]) * scale_;
     }
     const attn::PagedSeq seq{st.tables + m * st.width, st.block_size, kv_size, st.lens[m]};
-    attn::attend_kv_head<bf16>(s.qf.data(), group, dim_, l.k_cache.data_ptr<bf16>(), l.v_cache.data_ptr<bf16>(),
-                               seq, h, s.scores.data(), s.acc.data(), attn_.data() + m * q_size + h * group * dim_);
+    bf16* out = attn_.data() + m * q_size + h * group * dim_;
+    float* sc = s.scores.data();
+    float* acc = s.acc.data();
+    switch (kind_) {
+      case CacheKind::kBf16:
+        attn::attend_kv_head<bf16, bf16>(s.qf.data(), group, dim_, l.k_cache.data_ptr<bf16>(),
+                                         l.v_cache.data_ptr<bf16>(), seq, h, sc, acc, out);
+        break;
+      case CacheKind::kFp8:
+        attn::attend_kv_head<bf16, c10::Float8_e4m3fn>(s.qf.data(), group, dim_,
+                                                       l.k_cache.data_ptr<c10::Float8_e4m3fn>(),
+                                                       l.v_cache.data_ptr<c10::Float8_e4m3fn>(), seq, h, sc, acc, out);
+        break;
+      case CacheKind::kInt8:
+        attn::attend_kv_head<bf16, int8_t>(s.qf.data(), group, dim_, l.k_cache.data_ptr<int8_t>(),
+                                           l.v_cache.data_ptr<int8_t>(), seq, h, sc, acc, out,
+                                           l.k_scale.data_ptr<float>(), l.v_scale.data_ptr<float>());
+        break;
+    }
   }
 
   // Thread t's whole step; barriers separate the phases that read what another thread wrote.
@@ -438,6 +509,7 @@ class DecodeStep : public torch::CustomClassHolder {
   float eps_, scale_;
   int64_t hidden_ = 0, inter_ = 0, heads_ = 0, kv_heads_ = 0, dim_ = 0, vocab_ = 0;
   bool qk_norm_ = false;
+  CacheKind kind_ = CacheKind::kBf16;
   at::Tensor embed_, final_norm_, cos_sin_, silu_;
   Linear lm_head_;
   std::vector<Layer> layers_;

@@ -8,7 +8,8 @@ a speculative verification span: model_runner.execute_spans picks them), both th
 wrapper, ~100 small OpenMP regions per step): see decode_step.cpp for the measured overheads.
 
 Only a Llama-family model (checked by its attributes) in bf16 on an AVX-512 CPU, with every
-linear an int8 weight-only layer without padding, is eligible. Anything missing (another model
+linear an int8 weight-only layer without padding, is eligible; its KV cache may be bf16, fp8 or
+int8 (``kv_cache_dtype``: written and read as the eager path does, decode_attention.h). Anything missing (another model
 or dtype, no AVX-512, no compiler, a failed build, ``BLINK_FUSED_DECODE=off``) logs one line
 and the engine keeps its other decode paths.
 """
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from blink.engine.kernels.build import cpu_has_avx512, load_extension
+from blink.engine.kv_cache_dtype import FP8, INT8, has_scales
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +120,9 @@ def _tensors(model: Any) -> tuple[list[int], float, float, list[torch.Tensor], l
     embed = stack.embed_tokens.weight
     if embed.device.type != "cpu" or embed.dtype != torch.bfloat16:
         raise Ineligible(f"{embed.dtype} on {embed.device.type} (needs bf16 on the CPU)")
-    if stack.layers[0].self_attn.attn.k_cache.dtype != torch.bfloat16:  # kv_cache_dtype="fp8": no fused variant yet
-        raise Ineligible(f"KV cache is {stack.layers[0].self_attn.attn.k_cache.dtype} (the step reads bf16)")
+    cache_dtype = stack.layers[0].self_attn.attn.k_cache.dtype
+    if cache_dtype not in (torch.bfloat16, FP8, INT8):
+        raise Ineligible(f"KV cache is {cache_dtype} (the step reads bf16, fp8 or int8)")
     if shape.head_dim % _LANES:
         raise Ineligible(f"head_dim {shape.head_dim} is not a multiple of {_LANES}")
     if not getattr(head, "float_output", False):
@@ -142,6 +145,8 @@ def _tensors(model: Any) -> tuple[list[int], float, float, list[torch.Tensor], l
         layers += _linear(mlp.gate_up_proj, f"layer {i} gate_up")
         layers += _linear(mlp.down_proj, f"layer {i} down")
         layers += [attn.attn.k_cache, attn.attn.v_cache]
+        # An int8 cache's row scales (kv_cache_dtype="int8"); other caches have none.
+        layers += [attn.attn.k_scale, attn.attn.v_scale] if has_scales(cache_dtype) else [none, none]
     lm = _linear(head, "lm_head")[:2]
     dims = [
         shape.hidden_size, shape.intermediate_size, shape.num_heads, shape.num_kv_heads,
