@@ -35,53 +35,8 @@ namespace {
 using blink::attn::exp_row;
 using blink::attn::kLanes;
 using blink::attn::load16;
-
-// Where a sequence's value rows live (and an int8 cache's row scales, else nullptr).
-template <typename C>
-struct ValueRows {
-  const C* base;
-  const int64_t* table;
-  int64_t block_size, slot_stride, kv_heads, dim, n;
-  const float* scales;
-};
-
-// acc[(hq + g) * dim + (i + c) * 16 ...] = sum over positions j, in order, of weight(hq + g, j) *
-// V[j, h, chunk i + c], for g < G and c < NI, in registers: accumulating all query heads of all
-// chunks at once in memory (load, fma, store per position) made the value loop store-bound.
-// The FMAs per element are the same, in the same order, as attend_kv_head's (decode_attention.h).
-template <int G, int NI, typename C>
-inline void accumulate_values_n(const ValueRows<C>& r, int64_t h, int64_t i, int64_t hq, const float* scores,
-                                float* acc) {
-  constexpr bool kScaled = std::is_same_v<C, int8_t>;
-  __m512 a[G][NI];
-  for (int g = 0; g < G; ++g)
-    for (int c = 0; c < NI; ++c) a[g][c] = _mm512_setzero_ps();
-  for (int64_t j = 0; j < r.n; ++j) {
-    const int64_t slot_index = r.table[j / r.block_size] * r.block_size + j % r.block_size;
-    const C* row = r.base + slot_index * r.slot_stride + h * r.dim + i * kLanes;
-    __m512 v[NI];
-    for (int c = 0; c < NI; ++c) v[c] = load16(row + c * kLanes);
-    for (int g = 0; g < G; ++g) {
-      float w = scores[(hq + g) * r.n + j];
-      if constexpr (kScaled) w *= r.scales[slot_index * r.kv_heads + h];
-      const __m512 wv = _mm512_set1_ps(w);
-      for (int c = 0; c < NI; ++c) a[g][c] = _mm512_fmadd_ps(wv, v[c], a[g][c]);
-    }
-  }
-  for (int g = 0; g < G; ++g)
-    for (int c = 0; c < NI; ++c) _mm512_storeu_ps(acc + (hq + g) * r.dim + (i + c) * kLanes, a[g][c]);
-}
-
-template <int NI, typename C>
-inline void accumulate_values(const ValueRows<C>& r, int64_t h, int64_t i, int64_t hq, int64_t gn,
-                              const float* scores, float* acc) {
-  switch (gn) {
-    case 1: accumulate_values_n<1, NI>(r, h, i, hq, scores, acc); break;
-    case 2: accumulate_values_n<2, NI>(r, h, i, hq, scores, acc); break;
-    case 3: accumulate_values_n<3, NI>(r, h, i, hq, scores, acc); break;
-    default: accumulate_values_n<4, NI>(r, h, i, hq, scores, acc); break;
-  }
-}
+using blink::attn::ValueRows;
+using blink::attn::accumulate_values;
 
 // T: q and the output; C: the cache (T, fp8 e4m3 or int8, widened on load). With int8, ks/vs are
 // the [slots, KV heads] fp32 row scales: q . (s k) = s (q . k), and p (s v) = (p s) v, so a scale

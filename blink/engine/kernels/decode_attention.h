@@ -22,6 +22,8 @@
 namespace blink::attn {
 
 constexpr int64_t kLanes = 16;  // fp32 lanes of one AVX-512 register
+// The widest head attend_kv_head takes (its key buffer on the stack); Llama-family heads are 64-256.
+constexpr int64_t kMaxDim = 512;
 
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
 
@@ -84,6 +86,54 @@ struct PagedSeq {
   }
 };
 
+// Where a sequence's value rows live (and an int8 cache's row scales, else nullptr).
+template <typename C>
+struct ValueRows {
+  const C* base;
+  const int64_t* table;
+  int64_t block_size, slot_stride, kv_heads, dim, n;
+  const float* scales;
+};
+
+// acc[(hq + g) * dim + (i + c) * 16 ...] = sum over positions j, in order, of weight(hq + g, j) *
+// V[j, h, chunk i + c], for g < G and c < NI, in registers: accumulating all query heads of all
+// chunks at once in memory (load, fma, store per position) made the value loop store-bound.
+// Shared by decode_attention.cpp's per-sequence loop and attend_kv_head, so both run the same FMAs
+// per element in the same order.
+template <int G, int NI, typename C>
+inline void accumulate_values_n(const ValueRows<C>& r, int64_t h, int64_t i, int64_t hq, const float* scores,
+                                float* acc) {
+  constexpr bool kScaled = std::is_same_v<C, int8_t>;
+  __m512 a[G][NI];
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < NI; ++c) a[g][c] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < r.n; ++j) {
+    const int64_t slot_index = r.table[j / r.block_size] * r.block_size + j % r.block_size;
+    const C* row = r.base + slot_index * r.slot_stride + h * r.dim + i * kLanes;
+    __m512 v[NI];
+    for (int c = 0; c < NI; ++c) v[c] = load16(row + c * kLanes);
+    for (int g = 0; g < G; ++g) {
+      float w = scores[(hq + g) * r.n + j];
+      if constexpr (kScaled) w *= r.scales[slot_index * r.kv_heads + h];
+      const __m512 wv = _mm512_set1_ps(w);
+      for (int c = 0; c < NI; ++c) a[g][c] = _mm512_fmadd_ps(wv, v[c], a[g][c]);
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < NI; ++c) _mm512_storeu_ps(acc + (hq + g) * r.dim + (i + c) * kLanes, a[g][c]);
+}
+
+template <int NI, typename C>
+inline void accumulate_values(const ValueRows<C>& r, int64_t h, int64_t i, int64_t hq, int64_t gn,
+                              const float* scores, float* acc) {
+  switch (gn) {
+    case 1: accumulate_values_n<1, NI>(r, h, i, hq, scores, acc); break;
+    case 2: accumulate_values_n<2, NI>(r, h, i, hq, scores, acc); break;
+    case 3: accumulate_values_n<3, NI>(r, h, i, hq, scores, acc); break;
+    default: accumulate_values_n<4, NI>(r, h, i, hq, scores, acc); break;
+  }
+}
+
 // The `group` query heads of KV head h: qf [group, dim] fp32 (already times the softmax scale),
 // scores [group * len] and acc [group * dim] fp32 scratch; out[g * dim + d] gets head g's output.
 // T: the output; C: the cache (T, fp8 or int8, widened by load16). With int8, ks / vs are the
@@ -95,12 +145,14 @@ inline void attend_kv_head(const float* qf, int64_t group, int64_t dim, const C*
                            const float* ks = nullptr, const float* vs = nullptr) {
   constexpr bool kScaled = std::is_same_v<C, int8_t>;
   const int64_t n = seq.len, vecs = dim / kLanes, kv_heads = seq.slot_stride / dim;
+  float key[kMaxDim];  // the position's key widened to fp32 once, not once per query head
   for (int64_t j = 0; j < n; ++j) {
-    const C* key = seq.slot(k_cache, j) + h * dim;
+    const C* k = seq.slot(k_cache, j) + h * dim;
+    for (int64_t i = 0; i < vecs; ++i) _mm512_storeu_ps(key + i * kLanes, load16(k + i * kLanes));
     for (int64_t g = 0; g < group; ++g) {
       __m512 s = _mm512_setzero_ps();
       for (int64_t i = 0; i < vecs; ++i)
-        s = _mm512_fmadd_ps(_mm512_loadu_ps(qf + g * dim + i * kLanes), load16(key + i * kLanes), s);
+        s = _mm512_fmadd_ps(_mm512_loadu_ps(qf + g * dim + i * kLanes), _mm512_loadu_ps(key + i * kLanes), s);
       if constexpr (kScaled) {
         scores[g * n + j] = _mm512_reduce_add_ps(s) * ks[seq.slot_index(j) * kv_heads + h];
       } else {
@@ -108,23 +160,18 @@ inline void attend_kv_head(const float* qf, int64_t group, int64_t dim, const C*
       }
     }
   }
-  for (int64_t i = 0; i < group * dim; ++i) acc[i] = 0.f;
   float inv_sum[64];  // group <= 64 (checked where the shapes are known)
   for (int64_t g = 0; g < group; ++g) inv_sum[g] = 1.f / exp_row(scores + g * n, n);
-  for (int64_t j = 0; j < n; ++j) {
-    const C* value = seq.slot(v_cache, j) + h * dim;
-    float row_scale = 1.f;
-    if constexpr (kScaled) row_scale = vs[seq.slot_index(j) * kv_heads + h];
-    for (int64_t i = 0; i < vecs; ++i) {
-      const __m512 v = load16(value + i * kLanes);
-      for (int64_t g = 0; g < group; ++g) {
-        float w = scores[g * n + j];
-        if constexpr (kScaled) w *= row_scale;
-        float* a = acc + g * dim + i * kLanes;
-        _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_set1_ps(w), v, _mm512_loadu_ps(a)));
-      }
+  // The value sums in registers, as decode_attention.cpp does; scores and acc are indexed by the
+  // group's heads from 0 (hq = g).
+  const ValueRows<C> rows{v_cache, seq.table, seq.block_size, seq.slot_stride, kv_heads, dim, n, vs};
+  const int64_t chunk = vecs % 4 == 0 ? 4 : 1;
+  for (int64_t i = 0; i < vecs; i += chunk)
+    for (int64_t g = 0; g < group; g += 4) {
+      const int64_t gn = std::min<int64_t>(4, group - g);
+      if (chunk == 4) accumulate_values<4>(rows, h, i, g, gn, scores, acc);
+      else accumulate_values<1>(rows, h, i, g, gn, scores, acc);
     }
-  }
   for (int64_t g = 0; g < group; ++g)
     for (int64_t d = 0; d < dim; ++d) out[g * dim + d] = static_cast<T>(acc[g * dim + d] * inv_sum[g]);
 }

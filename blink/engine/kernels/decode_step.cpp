@@ -204,8 +204,9 @@ class DecodeStep : public torch::CustomClassHolder {
     TORCH_CHECK(dims.size() == 7, "DecodeStep: 7 dims");
     hidden_ = dims[0], inter_ = dims[1], heads_ = dims[2], kv_heads_ = dims[3], dim_ = dims[4];
     vocab_ = dims[5], qk_norm_ = dims[6] != 0;
-    TORCH_CHECK(dim_ % attn::kLanes == 0 && heads_ % kv_heads_ == 0 && heads_ / kv_heads_ <= 64,
-                "DecodeStep: head_dim % 16, GQA group <= 64");
+    TORCH_CHECK(dim_ % attn::kLanes == 0 && dim_ <= attn::kMaxDim && heads_ % kv_heads_ == 0 &&
+                    heads_ / kv_heads_ <= 64,
+                "DecodeStep: head_dim % 16, head_dim <= ", attn::kMaxDim, ", GQA group <= 64");
     TORCH_CHECK(globals.size() == 6, "DecodeStep: 6 global tensors");
     embed_ = bf16_tensor(globals[0], {vocab_, hidden_}, "embedding");
     final_norm_ = bf16_tensor(globals[1], {hidden_}, "final norm");
