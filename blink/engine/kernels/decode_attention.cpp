@@ -35,8 +35,6 @@ namespace {
 using blink::attn::exp_row;
 using blink::attn::kLanes;
 using blink::attn::load16;
-using blink::attn::ValueRows;
-using blink::attn::accumulate_values;
 
 // T: q and the output; C: the cache (T, fp8 e4m3 or int8, widened on load). With int8, ks/vs are
 // the [slots, KV heads] fp32 row scales: q . (s k) = s (q . k), and p (s v) = (p s) v, so a scale
@@ -45,10 +43,8 @@ template <typename T, typename C>
 void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                            const at::Tensor& block_tables, const at::Tensor& lens, double scale,
                            at::Tensor& out, const float* ks = nullptr, const float* vs = nullptr) {
-  constexpr bool kScaled = std::is_same_v<C, int8_t>;
   const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2);
   const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
-  const int64_t group = heads / kv_heads;
   const int64_t width = block_tables.size(1);
   const int64_t slot_stride = kv_heads * dim;  // elements between consecutive cache positions
   const int64_t vecs = dim / kLanes;           // dim % 16 == 0 (checked by the caller)
@@ -72,42 +68,9 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
       for (int64_t i = 0; i < heads * vecs; ++i)
         _mm512_storeu_ps(qf.data() + i * kLanes, _mm512_mul_ps(load16(qp + q_off + i * kLanes), _mm512_set1_ps(fscale)));
       scores.resize(heads * n);
-      for (int64_t j = 0; j < n; ++j) {
-        const int64_t slot_index = table[j / block_size] * block_size + j % block_size;
-        const C* slot = kp + slot_index * slot_stride;
-        // The slot's keys widened to fp32 once, not once per query head of the group (the
-        // widening, not the FMAs, dominated this loop: 3 of 4 conversions were repeats at GQA 3).
-        for (int64_t i = 0; i < kv_heads * vecs; ++i) _mm512_storeu_ps(krow.data() + i * kLanes, load16(slot + i * kLanes));
-        for (int64_t h = 0; h < kv_heads; ++h) {
-          for (int64_t g = 0; g < group; ++g) {
-            const int64_t hq = h * group + g;
-            const float* qg = qf.data() + hq * dim;
-            const float* key = krow.data() + h * dim;
-            __m512 s = _mm512_setzero_ps();
-            for (int64_t i = 0; i < vecs; ++i)
-              s = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i * kLanes), _mm512_loadu_ps(key + i * kLanes), s);
-            if constexpr (kScaled) {
-              scores[hq * n + j] = _mm512_reduce_add_ps(s) * ks[slot_index * kv_heads + h];
-            } else {
-              scores[hq * n + j] = _mm512_reduce_add_ps(s);
-            }
-          }
-        }
-      }
-      for (int64_t hq = 0; hq < heads; ++hq) inv_sum[hq] = 1.f / exp_row(scores.data() + hq * n, n);
-      const ValueRows<C> rows{vp, table, block_size, slot_stride, kv_heads, dim, n, vs};
-      const int64_t chunk = vecs % 4 == 0 ? 4 : 1;
-      for (int64_t h = 0; h < kv_heads; ++h)
-        for (int64_t i = 0; i < vecs; i += chunk)
-          for (int64_t g = 0; g < group; g += 4) {
-            const int64_t hq = h * group + g;
-            const int64_t gn = std::min<int64_t>(4, group - g);
-            if (chunk == 4) accumulate_values<4>(rows, h, i, hq, gn, scores.data(), acc.data());
-            else accumulate_values<1>(rows, h, i, hq, gn, scores.data(), acc.data());
-          }
-      for (int64_t hq = 0; hq < heads; ++hq)
-        for (int64_t d = 0; d < dim; ++d)
-          op[q_off + hq * dim + d] = static_cast<T>(acc[hq * dim + d] * inv_sum[hq]);
+      const blink::attn::PagedSeq seq{table, block_size, slot_stride, n};
+      blink::attn::attend_seq<T, C>(qf.data(), heads, kv_heads, dim, kp, vp, seq, scores.data(), acc.data(),
+                                    krow.data(), inv_sum.data(), op + q_off, ks, vs);
     }
   });
 }

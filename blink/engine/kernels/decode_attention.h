@@ -176,4 +176,52 @@ inline void attend_kv_head(const float* qf, int64_t group, int64_t dim, const C*
     for (int64_t d = 0; d < dim; ++d) out[g * dim + d] = static_cast<T>(acc[g * dim + d] * inv_sum[g]);
 }
 
+// All heads of one sequence (decode_attention.cpp's per-sequence task; the fused step's per-row
+// task at wide batches): each cached position's K row of every KV head is one contiguous read,
+// widened to fp32 once. qf [heads, dim] fp32 (times the softmax scale); scratch scores
+// [heads * len], acc [heads * dim], krow [kv_heads * dim], inv_sum [heads]; out [heads, dim].
+// Per head, the same FMAs in the same order as attend_kv_head: the two agree bit for bit.
+template <typename T, typename C>
+inline void attend_seq(const float* qf, int64_t heads, int64_t kv_heads, int64_t dim, const C* k_cache,
+                       const C* v_cache, const PagedSeq& seq, float* scores, float* acc, float* krow, float* inv_sum,
+                       T* out, const float* ks = nullptr, const float* vs = nullptr) {
+  constexpr bool kScaled = std::is_same_v<C, int8_t>;
+  const int64_t n = seq.len, vecs = dim / kLanes, group = heads / kv_heads;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t slot_index = seq.slot_index(j);
+    const C* slot = k_cache + slot_index * seq.slot_stride;
+    // The slot's keys widened to fp32 once, not once per query head of the group (the
+    // widening, not the FMAs, dominated this loop: 3 of 4 conversions were repeats at GQA 3).
+    for (int64_t i = 0; i < kv_heads * vecs; ++i) _mm512_storeu_ps(krow + i * kLanes, load16(slot + i * kLanes));
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t hq = h * group + g;
+        const float* qg = qf + hq * dim;
+        const float* key = krow + h * dim;
+        __m512 s = _mm512_setzero_ps();
+        for (int64_t i = 0; i < vecs; ++i)
+          s = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i * kLanes), _mm512_loadu_ps(key + i * kLanes), s);
+        if constexpr (kScaled) {
+          scores[hq * n + j] = _mm512_reduce_add_ps(s) * ks[slot_index * kv_heads + h];
+        } else {
+          scores[hq * n + j] = _mm512_reduce_add_ps(s);
+        }
+      }
+    }
+  }
+  for (int64_t hq = 0; hq < heads; ++hq) inv_sum[hq] = 1.f / exp_row(scores + hq * n, n);
+  const ValueRows<C> rows{v_cache, seq.table, seq.block_size, seq.slot_stride, kv_heads, dim, n, vs};
+  const int64_t chunk = vecs % 4 == 0 ? 4 : 1;
+  for (int64_t h = 0; h < kv_heads; ++h)
+    for (int64_t i = 0; i < vecs; i += chunk)
+      for (int64_t g = 0; g < group; g += 4) {
+        const int64_t hq = h * group + g;
+        const int64_t gn = std::min<int64_t>(4, group - g);
+        if (chunk == 4) accumulate_values<4>(rows, h, i, hq, gn, scores, acc);
+        else accumulate_values<1>(rows, h, i, hq, gn, scores, acc);
+      }
+  for (int64_t hq = 0; hq < heads; ++hq)
+    for (int64_t d = 0; d < dim; ++d) out[hq * dim + d] = static_cast<T>(acc[hq * dim + d] * inv_sum[hq]);
+}
+
 }  // namespace blink::attn

@@ -46,6 +46,10 @@ namespace mm = blink::int8mm;
 constexpr int64_t kRowAlign = 16;
 // Cache-line alignment of the per-thread scratch (the kernel's vector loads).
 constexpr int64_t kAlign = 64;
+// Rows per thread from which attention runs one task per row (all KV heads: contiguous K/V reads,
+// as the eager kernel) rather than per (row, KV head): 2 leaves no thread idle for want of rows
+// while keeping batch 1 (and 2 rows on 2 threads) split across the threads by head.
+constexpr int64_t kRowTasks = 2;
 
 inline float bf(float x) { return static_cast<float>(static_cast<bf16>(x)); }
 
@@ -177,7 +181,8 @@ inline void rope(bf16* x, const float* cos_sin, int64_t dim) {
 struct ThreadScratch {
   std::vector<uint8_t> mm;              // the matmul kernel's prepared activations
   std::vector<bf16> x, xn;              // this step's residual stream and its normed copy [M, hidden]
-  std::vector<float> qf, scores, acc;   // attention: scaled queries, scores, fp32 sums
+  std::vector<float> qf, scores, acc;   // attention: scaled queries, scores, fp32 sums (all heads)
+  std::vector<float> krow, inv_sum;     // attend_seq's widened keys [KVH * D] and 1 / softmax sums
   std::vector<bf16> head;               // one head's normed / rotated copy
   void* mm_ptr() {
     auto p = reinterpret_cast<uintptr_t>(mm.data());
@@ -341,14 +346,14 @@ class DecodeStep : public torch::CustomClassHolder {
     act_.resize(M * inter_);
     logits_.resize(M * vocab_);
     if (static_cast<int>(scratch_.size()) < threads) scratch_.resize(threads);
-    const int64_t group = heads_ / kv_heads_;
     for (int t = 0; t < threads; ++t) {
       ThreadScratch& s = scratch_[t];
       const auto mm_bytes = static_cast<size_t>(mm::scratch_bytes(M, widest) + kAlign);
       if (s.mm.size() < mm_bytes) s.mm.resize(mm_bytes);
       if (static_cast<int64_t>(s.x.size()) < M * hidden_) s.x.resize(M * hidden_), s.xn.resize(M * hidden_);
-      if (static_cast<int64_t>(s.scores.size()) < group * max_len) s.scores.resize(group * max_len);
-      s.qf.resize(group * dim_), s.acc.resize(group * dim_), s.head.resize(dim_);
+      if (static_cast<int64_t>(s.scores.size()) < heads_ * max_len) s.scores.resize(heads_ * max_len);
+      s.qf.resize(heads_ * dim_), s.acc.resize(heads_ * dim_), s.head.resize(dim_);
+      s.krow.resize(kv_heads_ * dim_), s.inv_sum.resize(heads_);
     }
   }
 
@@ -441,6 +446,40 @@ class DecodeStep : public torch::CustomClassHolder {
     }
   }
 
+  // All KV heads of row m in one task (attend_seq, the eager kernel's per-sequence loop): each
+  // cached position's K/V row of every head is one contiguous read instead of one per head task.
+  void attend_row(const Step& st, const Layer& l, ThreadScratch& s, int64_t m) {
+    const int64_t q_size = heads_ * dim_, kv_size = kv_heads_ * dim_;
+    const float* cs = cos_sin_.data_ptr<float>() + st.pos[m] * dim_;
+    const bf16* row = qkv_.data() + m * (q_size + 2 * kv_size);
+    bf16* head = s.head.data();
+    for (int64_t hq = 0; hq < heads_; ++hq) {
+      if (qk_norm_) rms_norm(row + hq * dim_, l.q_norm.data_ptr<bf16>(), dim_, eps_, head);
+      else std::memcpy(head, row + hq * dim_, dim_ * sizeof(bf16));
+      rope(head, cs, dim_);
+      for (int64_t d = 0; d < dim_; ++d) s.qf[hq * dim_ + d] = static_cast<float>(head[d]) * scale_;
+    }
+    const attn::PagedSeq seq{st.tables + m * st.width, st.block_size, kv_size, st.lens[m]};
+    bf16* out = attn_.data() + m * q_size;
+    float *qf = s.qf.data(), *sc = s.scores.data(), *acc = s.acc.data(), *kr = s.krow.data(), *inv = s.inv_sum.data();
+    switch (kind_) {
+      case CacheKind::kBf16:
+        attn::attend_seq<bf16, bf16>(qf, heads_, kv_heads_, dim_, l.k_cache.data_ptr<bf16>(),
+                                     l.v_cache.data_ptr<bf16>(), seq, sc, acc, kr, inv, out);
+        break;
+      case CacheKind::kFp8:
+        attn::attend_seq<bf16, c10::Float8_e4m3fn>(qf, heads_, kv_heads_, dim_,
+                                                   l.k_cache.data_ptr<c10::Float8_e4m3fn>(),
+                                                   l.v_cache.data_ptr<c10::Float8_e4m3fn>(), seq, sc, acc, kr, inv, out);
+        break;
+      case CacheKind::kInt8:
+        attn::attend_seq<bf16, int8_t>(qf, heads_, kv_heads_, dim_, l.k_cache.data_ptr<int8_t>(),
+                                       l.v_cache.data_ptr<int8_t>(), seq, sc, acc, kr, inv, out,
+                                       l.k_scale.data_ptr<float>(), l.v_scale.data_ptr<float>());
+        break;
+    }
+  }
+
   // Thread t's whole step; barriers separate the phases that read what another thread wrote.
   void forward(const Step& st, int t, int threads) {
     ThreadScratch& s = scratch_[t];
@@ -458,15 +497,30 @@ class DecodeStep : public torch::CustomClassHolder {
       // 2. residual stored; rope, cache writes and attention per (row, KV head). When rows read
       // each other's K/V (a verification span: row p attends to the span's rows before it), all
       // writes finish before any attention reads; otherwise each task writes then reads its own.
+      // With at least kRowTasks rows per thread, attention runs one task per row (all its heads,
+      // contiguous K/V reads: attend_row); fewer rows split by (row, KV head) so every thread works.
       store_residual(st, s, t, threads);
-      for (int64_t task = t; task < M * kv_heads_; task += threads) {
-        write_kv(st, l, s, task / kv_heads_, task % kv_heads_);
-        if (!st.shared) attend(st, l, s, task / kv_heads_, task % kv_heads_);
-      }
+      const bool by_row = M >= kRowTasks * threads;
       if (st.shared) {
-#pragma omp barrier
         for (int64_t task = t; task < M * kv_heads_; task += threads)
+          write_kv(st, l, s, task / kv_heads_, task % kv_heads_);
+#pragma omp barrier
+        if (by_row) {
+          for (int64_t m = t; m < M; m += threads) attend_row(st, l, s, m);
+        } else {
+          for (int64_t task = t; task < M * kv_heads_; task += threads)
+            attend(st, l, s, task / kv_heads_, task % kv_heads_);
+        }
+      } else if (by_row) {
+        for (int64_t m = t; m < M; m += threads) {
+          for (int64_t h = 0; h < kv_heads_; ++h) write_kv(st, l, s, m, h);
+          attend_row(st, l, s, m);
+        }
+      } else {
+        for (int64_t task = t; task < M * kv_heads_; task += threads) {
+          write_kv(st, l, s, task / kv_heads_, task % kv_heads_);
           attend(st, l, s, task / kv_heads_, task % kv_heads_);
+        }
       }
 #pragma omp barrier
       // 3. o projection.
