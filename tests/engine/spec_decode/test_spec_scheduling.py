@@ -54,12 +54,32 @@ def test_policy_caps_and_adapts() -> None:
     assert policy.lookahead(seq) == 3  # max_tokens 4 leaves room for 3 proposals + 1
     seq.params.max_tokens = None
     assert policy.lookahead(seq) == 6
+    policy.record("a", 6, 1, 2)  # acceptance 0.8 -> 0.61: K shrinks, speculation still pays
+    assert 1 <= policy.lookahead(seq) < 6
     for _ in range(10):
-        policy.record("a", 6, 0, 1)  # never accepted: K shrinks to 1
-    assert policy.lookahead(seq) == 1
+        policy.record("a", 6, 0, 1)  # never accepted: proposals cost more than they save
+    assert policy.lookahead(seq) == 0
     running[0] = 3
     assert policy.lookahead(seq) == 0  # batch above the limit
     running[0] = 1
     seq.params.repetition_penalty = 1.2
     assert policy.lookahead(seq) == 0  # penalties depend on every accepted token
-    assert policy.counters.acceptance_rate == 0.0 and policy.counters.tokens_per_step == 1.0
+    # 11 verify steps: 66 proposed, 1 accepted, 12 tokens emitted.
+    assert policy.counters.acceptance_rate == 1 / 66 and policy.counters.tokens_per_step == 12 / 11
+
+
+def test_policy_stops_speculating_below_the_cost_floor_and_probes() -> None:
+    """Below 0.45 acceptance a verified token costs more than it saves (a 2-row fused step ~1.45x
+    a one-row step): the request decodes plainly, proposing one token every 16th step; once probes
+    are accepted again it speculates every step."""
+    policy = SpeculationPolicy(max_k=4, max_batch=8, max_model_len=100, num_running=lambda: 1)
+    seq = Sequence("a", list(range(10)), SamplingParams(max_tokens=None, temperature=0.0), frozenset())
+    for _ in range(6):
+        policy.record("a", 4, 0, 1)
+    ks = [policy.lookahead(seq) for _ in range(32)]
+    assert ks == ([0] * 15 + [1]) * 2
+    for _ in range(6):
+        policy.record("a", 1, 1, 2)  # probes accepted: the estimate recovers past the floor
+    assert all(policy.lookahead(seq) >= 1 for _ in range(4))
+    policy.release("a")
+    assert policy.lookahead(seq) == 4  # a new request starts optimistic
