@@ -16,6 +16,8 @@ alternating (TTFT, 16-stream tok/s and tok per CPU-s, batch-1 decode tok/s; ~2 m
 ``--ab-kv-cache ROUNDS`` compares fp8 (e4m3) and int8 KV caches (``--kv-cache-dtypes``) with the
 model-dtype one (an engine each, same byte budget): decode tok/s of 16 streams at 1,900 cached
 tokens each and of one such stream, alternating ROUNDS times, plus the pools' block capacity ratio.
+With ``--ab-fused`` (and ``--quantization int8``) it compares, per cache dtype, the fused C++ decode
+step with the eager per-layer path instead.
 """
 
 from __future__ import annotations
@@ -201,18 +203,23 @@ def ab_kernels(path: Path, dtype: str, threads: int, lengths: list[int], streams
 
 
 def ab_kv_cache(path: Path, dtype: str, threads: int, streams: int, context: int, rounds: int,
-                kinds: list[str], quantization: str, steps: int = 8) -> None:
+                kinds: list[str], quantization: str, steps: int = 8, fused_ab: bool = False) -> None:
     """Quantized (``kinds``: fp8, int8) vs model-dtype KV cache, one engine each, same byte budget:
     each engine prefills ``streams`` distinct ``context``-token prompts once (untimed), then the
     engines decode ``steps`` steps in turn, alternating, so all read long contexts (where the
     cache's bytes, not the weights', dominate a step) in the same minutes; then one stream alone.
     With int8 weights the model-dtype engine runs its decodes as the fused C++ step (up to 32
-    rows), which reads bf16 caches only: the ratio then includes losing it."""
+    rows), for bf16, fp8 and int8 caches alike. ``fused_ab``: instead, each of ``kinds`` with the
+    fused step (``fused_decode=True``) vs without it (the per-layer eager kernels), same cache."""
     cfg = dict(model=str(path), dtype=dtype, threads=threads, max_model_len=2048,
                kv_cache_memory_bytes=1 << 30, max_num_batched_tokens=2048, max_num_seqs=64,
                enable_prefix_caching=False, quantization=quantization)
-    engines = {name: LLMEngine(EngineConfig(**cfg, kv_cache_dtype=name if name != dtype else "auto"), path)  # type: ignore[arg-type]
-               for name in [*kinds, dtype]}
+    if fused_ab:
+        engines = {f"{k} {mode}": LLMEngine(EngineConfig(**cfg, kv_cache_dtype=k, fused_decode=mode == "fused"), path)  # type: ignore[arg-type]
+                   for k in kinds for mode in ("fused", "eager")}
+    else:
+        engines = {name: LLMEngine(EngineConfig(**cfg, kv_cache_dtype=name if name != dtype else "auto"), path)  # type: ignore[arg-type]
+                   for name in [*kinds, dtype]}
     blocks = {name: eng.runner.num_blocks for name, eng in engines.items()}  # type: ignore[attr-defined]
     figures: dict[str, dict[str, list[float]]] = {name: {} for name in engines}
     for batch in (streams, 1):
@@ -231,6 +238,12 @@ def ab_kv_cache(path: Path, dtype: str, threads: int, streams: int, context: int
         for eng in engines.values():
             while eng.has_unfinished():
                 eng.step()
+    if fused_ab:
+        for kind in kinds:
+            new, old = f"{kind} fused", f"{kind} eager"
+            print_ab(f"fused decode step vs eager, {kind} KV cache, {quantization} weights, {rounds} alternating "
+                     f"rounds of {steps} steps, threads={threads}", new, old, {new: figures[new], old: figures[old]})
+        return
     for kind in kinds:
         print_ab(f"{kind} KV cache vs {dtype}, {quantization} weights, {rounds} alternating rounds of {steps} "
                  f"steps, threads={threads}",
@@ -299,6 +312,8 @@ def main() -> None:
     ap.add_argument("--ab-kv-cache", type=int, default=0, metavar="ROUNDS",
                     help="only compare quantized KV caches vs the model-dtype one at long context, alternating")
     ap.add_argument("--kv-cache-dtypes", default="fp8,int8", help="--ab-kv-cache: the quantized caches")
+    ap.add_argument("--ab-fused", action="store_true",
+                    help="--ab-kv-cache: fused decode step vs eager per cache dtype (auto = the model's) instead")
     ap.add_argument("--context", type=int, default=1900, help="--ab-kv-cache: cached tokens per stream")
     ap.add_argument("--quantization", default="none", help="--ab-kv-cache: weight quantization (none | int8)")
     args = ap.parse_args()
@@ -310,7 +325,7 @@ def main() -> None:
             path = build(shape, Path(tmp), args.dtype)
             if args.ab_kv_cache:
                 ab_kv_cache(path, args.dtype, args.threads, args.streams, args.context, args.ab_kv_cache,
-                            args.kv_cache_dtypes.split(","), args.quantization)
+                            args.kv_cache_dtypes.split(","), args.quantization, fused_ab=args.ab_fused)
                 continue
             if args.ab_kernels:
                 ab_kernels(path, args.dtype, args.threads, lengths, args.streams, args.stream_tokens,
