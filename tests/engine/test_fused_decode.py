@@ -46,6 +46,20 @@ def _engine(path: Path, fused: bool, **kw: object) -> LLMEngine:
 
 
 @pytest.fixture
+def fused_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The row count of every ``FusedDecode`` call made while the test runs."""
+    calls: list[int] = []
+    step = FusedDecode.__call__
+
+    def counted(self: FusedDecode, *args: torch.Tensor) -> torch.Tensor:
+        calls.append(int(args[0].numel()))
+        return step(self, *args)
+
+    monkeypatch.setattr(FusedDecode, "__call__", counted)
+    return calls
+
+
+@pytest.fixture
 def same_matmul(monkeypatch: pytest.MonkeyPatch) -> None:
     """Eager int8 linears use blink::int8_gemv (the same int8_matmul.h kernel as the fused step)
     at every decode batch, not only at 1-3 rows: aten's _weight_int8pack_mm, which eager uses at
@@ -233,7 +247,7 @@ def test_smollm2_width_stays_bit_identical(tmp_path: Path, tiny_tokenizer_dir: P
 @pytest.mark.usefixtures("same_matmul")
 @pytest.mark.parametrize("arch", ["tiny_llama", "tiny_qwen3"])
 def test_verification_spans_equal_one_row_steps(
-    arch: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+    arch: str, request: pytest.FixtureRequest, fused_calls: list[int]
 ) -> None:
     """A step mixing decode rows with 1 + K-token verification spans (every token needs logits)
     runs the fused step once and gives exactly the logits and KV writes of feeding the same tokens
@@ -249,16 +263,9 @@ def test_verification_spans_equal_one_row_steps(
         r.execute_spans([RunSpan(str(i), s, 0, tables[i]) for i, s in enumerate(seqs)])
     news = [torch.randint(0, 500, (n,), generator=g).tolist() for n in (5, 1, 5, 3)]
     spans = [RunSpan(str(i), news[i], len(seqs[i]), tables[i], len(news[i])) for i in range(len(seqs))]
-    calls: list[int] = []
-    step = FusedDecode.__call__
-
-    def counted(self: FusedDecode, *args: torch.Tensor) -> torch.Tensor:
-        calls.append(int(args[0].numel()))
-        return step(self, *args)
-
-    monkeypatch.setattr(FusedDecode, "__call__", counted)
+    fused_calls.clear()  # count from here on
     ours = fused.execute_spans(spans)
-    assert calls == [14] and ours.shape == (14, fused.vocab_size)
+    assert fused_calls == [14] and ours.shape == (14, fused.vocab_size)
     rows = [
         eager.execute_spans([RunSpan(str(i), [tok], len(seqs[i]) + j, tables[i])])
         for i in range(len(seqs))
@@ -269,29 +276,22 @@ def test_verification_spans_equal_one_row_steps(
 
 
 @needs_avx512
-def test_which_steps_the_fused_path_takes(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_which_steps_the_fused_path_takes(tiny_llama: Path, fused_calls: list[int]) -> None:
     """Prefill chunks (fewer logits than tokens), more sequences than the step takes and a span
     longer than it keep the eager forward; verification spans beyond its rows run as several
     calls of whole spans, each span's logits as when it runs alone."""
     runner = _runner(tiny_llama, True)
-    calls: list[int] = []
-    step = FusedDecode.__call__
-
-    def counted(self: FusedDecode, *args: torch.Tensor) -> torch.Tensor:
-        calls.append(int(args[0].numel()))
-        return step(self, *args)
-
-    monkeypatch.setattr(FusedDecode, "__call__", counted)
+    fused_calls.clear()  # count from here on
     vocab = runner.vocab_size
     logits = runner.execute_spans([RunSpan("a", [5, 6, 7], 0, [0, 1]), RunSpan("b", [8], 0, [2])])
-    assert logits.shape == (2, vocab) and calls == []
+    assert logits.shape == (2, vocab) and fused_calls == []
     decodes = [RunSpan(str(i), [5], 0, [i]) for i in range(MAX_ROWS + 1)]
-    assert runner.execute_spans(decodes).shape == (MAX_ROWS + 1, vocab) and calls == []
+    assert runner.execute_spans(decodes).shape == (MAX_ROWS + 1, vocab) and fused_calls == []
     long = [RunSpan("a", [5] * (MAX_ROWS + 1), 0, [0, 1, 2], num_logits=MAX_ROWS + 1)]
-    assert runner.execute_spans(long).shape == (MAX_ROWS + 1, vocab) and calls == []
+    assert runner.execute_spans(long).shape == (MAX_ROWS + 1, vocab) and fused_calls == []
     spans = [RunSpan(str(i), [5, 6, 7], 0, [i], num_logits=3) for i in range(MAX_ROWS // 3 + 1)]
     wide = runner.execute_spans(spans)
-    assert wide.shape == (3 * len(spans), vocab) and calls == [3 * (MAX_ROWS // 3), 3]
+    assert wide.shape == (3 * len(spans), vocab) and fused_calls == [3 * (MAX_ROWS // 3), 3]
     alone = torch.cat([runner.execute_spans([s]) for s in spans])
     assert torch.equal(wide, alone)
 
