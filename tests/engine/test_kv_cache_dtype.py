@@ -24,6 +24,7 @@ from blink.engine.kv_cache_dtype import (
 from blink.engine.llm_engine import LLMEngine
 from blink.engine.model_runner import ModelRunner, RunSpan
 from blink.engine.sampling_params import SamplingParams
+from tests.engine.engine_runs import run_staggered
 
 GREEDY = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
 _SEQS, _STEPS = 20, 100  # 2,000 teacher-forced decode positions, as the int8-weight guard scores
@@ -153,22 +154,6 @@ def test_top1_agreement_on_random_models(arch: str, kv: str, bar: float, request
     assert agreement >= bar, agreement
 
 
-def _run(engine: LLMEngine, prompts: list[list[int]]) -> list[list[int]]:
-    """Staggered arrivals (a new request every other step), greedy, outputs in request order."""
-    tokens: dict[str, list[int]] = {}
-    pending = list(enumerate(prompts))
-    step = 0
-    while pending or engine.has_unfinished():
-        if pending and step % 2 == 0:
-            i, p = pending.pop(0)
-            engine.add_request(f"r{i}", p, GREEDY)
-            tokens[f"r{i}"] = []
-        for out in engine.step():
-            tokens[out.request_id].extend(out.new_token_ids)
-        step += 1
-    return [tokens[f"r{i}"] for i in range(len(prompts))]
-
-
 @pytest.mark.parametrize("kv", ["fp8", "int8"])
 def test_engine_outputs_do_not_depend_on_batching_prefix_caching_or_preemption(tiny_llama: Path, kv: str) -> None:
     def engine(**kw: object) -> LLMEngine:
@@ -178,14 +163,14 @@ def test_engine_outputs_do_not_depend_on_batching_prefix_caching_or_preemption(t
     system = [rng.randrange(512) for _ in range(40)]
     prompts = [system + [rng.randrange(512) for _ in range(rng.randint(3, 60))] for _ in range(8)]
     alone = engine(enable_prefix_caching=False, enable_chunked_prefill=False, max_num_batched_tokens=512)
-    expected = [_run(alone, [p])[0] for p in prompts]
+    expected = [run_staggered(alone, [p], GREEDY)[0] for p in prompts]
     # 12 blocks of 16 tokens cannot hold 8 sequences of 43-116 tokens at once: preemption happens.
     elements = alone.runner.kv_cache[:, :, 0].numel()  # one byte each, + a 4-byte scale per 16 (int8)
     per_block = elements * 20 // 16 if kv == "int8" else elements
     small = engine(kv_cache_memory_bytes=12 * per_block, max_num_batched_tokens=64)
     assert small.runner.num_blocks == 12, small.runner.num_blocks
-    assert _run(small, prompts) == expected
-    assert _run(small, prompts) == expected  # again: the shared system prompt now hits the prefix cache
+    assert run_staggered(small, prompts, GREEDY) == expected
+    assert run_staggered(small, prompts, GREEDY) == expected  # again: the shared system prompt now hits the prefix cache
     assert small.block_manager.prefix_cache_hit_rate > 0
 
 

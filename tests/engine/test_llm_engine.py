@@ -13,6 +13,7 @@ from blink.engine.config import EngineConfig
 from blink.engine.errors import InvalidParameterError, PromptTooLongError
 from blink.engine.llm_engine import LLMEngine
 from blink.engine.sampling_params import SamplingParams
+from tests.engine.engine_runs import run_staggered
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 
@@ -71,22 +72,6 @@ def test_greedy_equals_transformers(arch: str, request: pytest.FixtureRequest) -
     assert len(set(ours[0])) > 3, "degenerate model output makes this test meaningless"
 
 
-def _run_staggered(engine: LLMEngine, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
-    """Add requests while others run: one new request every other step."""
-    pending = list(enumerate(prompts))
-    tokens: dict[str, list[int]] = {}
-    step = 0
-    while pending or engine.has_unfinished():
-        if pending and step % 2 == 0:
-            i, p = pending.pop(0)
-            engine.add_request(f"r{i}", p, params)
-            tokens[f"r{i}"] = []
-        for out in engine.step():
-            tokens[out.request_id].extend(out.new_token_ids)
-        step += 1
-    return [tokens[f"r{i}"] for i in range(len(prompts))]
-
-
 @pytest.fixture(scope="module")
 def reference(tiny_llama: Path) -> tuple[list[list[int]], list[list[int]]]:
     """Batch-1 outputs with caching and chunking off: the baseline every mode must equal."""
@@ -113,9 +98,9 @@ def reference(tiny_llama: Path) -> tuple[list[list[int]], list[list[int]]]:
 def test_batched_modes_equal_batch_of_one(tiny_llama: Path, reference: tuple, kw: dict) -> None:
     prompts, expected = reference
     engine = _engine(tiny_llama, **kw)
-    assert _run_staggered(engine, prompts, GREEDY) == expected
+    assert run_staggered(engine, prompts, GREEDY) == expected
     # Run again: now the prefix cache (when on) serves the shared system prompt.
-    assert _run_staggered(engine, prompts, GREEDY) == expected
+    assert run_staggered(engine, prompts, GREEDY) == expected
     if kw["enable_prefix_caching"]:
         assert engine.block_manager.prefix_cache_hit_rate > 0
 
