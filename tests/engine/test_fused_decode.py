@@ -5,8 +5,10 @@ caching and preemption."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,17 @@ def _engine(path: Path, fused: bool, **kw: object) -> LLMEngine:
         fused_decode=fused, **kw,  # type: ignore[arg-type]
     )
     return LLMEngine(cfg, path)
+
+
+@contextlib.contextmanager
+def _threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` inside the block, restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture
@@ -107,12 +120,8 @@ def test_two_threads_match_one(tiny_qwen2: Path) -> None:
     cache = runner.kv_cache.clone()
     one = runner.execute_spans(spans)
     runner.kv_cache.copy_(cache)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with _threads(2):
         two = runner.execute_spans(spans)
-    finally:
-        torch.set_num_threads(threads)
     assert torch.equal(one, two)
 
 
@@ -231,12 +240,8 @@ def test_smollm2_width_stays_bit_identical(tmp_path: Path, tiny_tokenizer_dir: P
     # between the threads, so a row reads K/V the other thread wrote (the step's barrier).
     news = [torch.randint(0, 500, (6,), generator=g).tolist() for _ in range(3)]
     spans = [RunSpan(str(i), news[i], len(seqs[i]), tables[i], 6) for i in range(3)]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with _threads(2):
         ours = fused.execute_spans(spans)
-    finally:
-        torch.set_num_threads(threads)
     rows = [eager.execute_spans([RunSpan(str(i), [t], len(seqs[i]) + j, tables[i])]) for i in range(3)
             for j, t in enumerate(news[i])]
     assert torch.equal(ours, torch.cat(rows))
