@@ -50,3 +50,38 @@ def test_a_source_that_does_not_compile_reports_false(tmp_path: Path) -> None:
     bad = tmp_path / "broken.cpp"
     bad.write_text("this is not C++;\n")
     assert build.load_extension(f"blink_test_broken_{os.getpid()}", [bad]) is False
+
+
+def _stale_sibling(directory: Path, suffix: str, age: float) -> Path:
+    sibling = directory.parent / f"{directory.name.rsplit('-', 1)[0]}-{suffix}"
+    sibling.mkdir()
+    (sibling / "k.so").write_bytes(b"old build")
+    marker = sibling / "blink-build.flock"
+    marker.touch()
+    stamp = marker.stat().st_mtime - age
+    os.utime(marker, (stamp, stamp))
+    return sibling
+
+
+def test_loading_removes_sibling_builds_unused_for_a_week_and_keeps_the_rest(tmp_path: Path) -> None:
+    import fcntl
+
+    src = tmp_path / "answer.cpp"
+    src.write_text(_TRIVIAL)
+    name = f"blink_test_prune_{os.getpid()}"
+    directory = build.build_directory(name, [src], build.cflags())
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    week = build.STALE_SECONDS
+    stale = _stale_sibling(directory, "0" * 16, week + 60)
+    recent = _stale_sibling(directory, "1" * 16, week - 3600)
+    busy = _stale_sibling(directory, "2" * 16, week + 60)
+    foreign = directory.parent / f"{name}-notadigest"  # not a directory this module made
+    foreign.mkdir()
+    with open(busy / "blink-build.flock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a builder inside
+        assert build.load_extension(name, [src]) is True
+    assert not stale.exists()
+    assert recent.exists() and busy.exists() and foreign.exists()
+    assert (directory / f"{name}.so").exists()
+    # The loaded directory's own marker reads as just used.
+    assert os.stat(directory / "blink-build.flock").st_mtime > os.stat(recent / "blink-build.flock").st_mtime

@@ -14,6 +14,10 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import logging
+import os
+import re
+import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -27,6 +31,11 @@ _LDFLAGS = ["-fopenmp"]
 # Held (flock) by the process building in a directory; the kernel drops it when that process
 # dies, however it dies, so a waiter never waits on a dead builder.
 _FLOCK_NAME = "blink-build.flock"
+# A build directory no engine has loaded for this long is removed when a sibling (same library,
+# another source version or checkout) loads: each is a few MB, and a day of kernel edits leaves
+# dozens. A week keeps every checkout in regular use, which rebuilds (~20 s) if it was wrong.
+STALE_SECONDS = 7 * 24 * 3600
+_DIGEST = re.compile(r"[0-9a-f]{16}")
 
 
 def cpu_has_avx512() -> bool:
@@ -67,6 +76,7 @@ def load_extension(name: str, sources: list[Path], extra_cflags: list[str] | Non
             # live builder is inside, so one still here was left by a build that was killed, and
             # torch would wait on it forever (engine start would hang).
             (directory / "lock").unlink(missing_ok=True)
+            os.utime(directory / _FLOCK_NAME)  # marks the last use, which pruning reads
             cpp_extension.load(
                 name=name,
                 sources=[str(s) for s in sources],
@@ -79,7 +89,35 @@ def load_extension(name: str, sources: list[Path], extra_cflags: list[str] | Non
     except Exception as exc:  # noqa: BLE001 - any build/load failure means "use aten"
         log.warning("kernel library %s unavailable (%s: %s); using aten", name, type(exc).__name__, exc)
         return False
+    prune_stale(name, directory)
     return True
+
+
+def prune_stale(name: str, keep: Path) -> list[Path]:
+    """Remove ``keep``'s sibling build directories of library ``name`` unused for STALE_SECONDS.
+
+    Only directories this module made (a digest name and our flock file) are touched, and only
+    when no builder holds their flock; a process that already loaded a removed library keeps it
+    mapped. Returns what was removed; never raises.
+    """
+    removed: list[Path] = []
+    now = time.time()
+    for sibling in keep.parent.glob(f"{name}-*"):
+        marker = sibling / _FLOCK_NAME
+        if sibling == keep or not _DIGEST.fullmatch(sibling.name[len(name) + 1 :]):
+            continue
+        try:
+            if now - marker.stat().st_mtime < STALE_SECONDS:
+                continue
+            with open(marker, "a") as held:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError while a builder is inside
+                shutil.rmtree(sibling)
+        except OSError:
+            continue
+        removed.append(sibling)
+    if removed:
+        log.info("removed %d stale %s build(s) unused for %d days", len(removed), name, STALE_SECONDS // 86400)
+    return removed
 
 
 def _headers_define() -> str:
