@@ -28,6 +28,7 @@
 
 #include "decode_attention.h"
 #include "int8_matmul.h"
+#include "rms_norm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -109,62 +110,8 @@ inline void split(int64_t N, int t, int threads, int64_t& n0, int64_t& n1) {
   n1 = std::min(N, (t + 1) * per * kRowAlign);
 }
 
-// sum(x[i]^2) in fp32, added in exactly the order aten's CPU sum kernel uses for a contiguous
-// fp32 row (ATen/native/cpu/SumKernel.cpp: vectorized_inner_sum -> row_sum -> multi_row_sum), so
-// RMSNorm rounds as F.rms_norm does (it takes mean(x.pow(2)) through that kernel). The sum kernel
-// is registered without an AVX-512 build, so it runs its AVX2 one: 8 lanes, 4 interleaved vector
-// accumulators, a 4-level cascade of 2^4-step partial sums, then the 8 lanes added one by one.
-// Checked against torch.sum on 2,000 random rows of 576 and 300 of 896 (all equal; 16 lanes
-// differed in 58%). A plain left-to-right sum flipped ~1 in 8,000 normed bf16 elements, enough
-// for greedy tokens to part from eager's on a 30-layer model.
-inline float sum_squares(const bf16* x, int64_t n) {
-  constexpr int64_t kLanes8 = 8, kIlp = 4, kLevels = 4;
-  const int64_t vecs = n / kLanes8, rows = vecs / kIlp;
-  auto sq = [&](int64_t v) {
-    const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + v * kLanes8));
-    const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-    return _mm256_mul_ps(f, f);
-  };
-  int64_t ceil_log2 = 1;
-  if (rows > 2) ceil_log2 = 64 - __builtin_clzll(static_cast<uint64_t>(rows - 1));
-  const int64_t level_power = std::max<int64_t>(4, ceil_log2 / kLevels);
-  const int64_t level_step = int64_t{1} << level_power, level_mask = level_step - 1;
-  __m256 acc[kLevels][kIlp];
-  for (auto& level : acc)
-    for (auto& a : level) a = _mm256_setzero_ps();
-  int64_t i = 0;
-  while (i + level_step <= rows) {
-    for (int64_t j = 0; j < level_step; ++j, ++i)
-      for (int64_t k = 0; k < kIlp; ++k) acc[0][k] = _mm256_add_ps(acc[0][k], sq(i * kIlp + k));
-    for (int64_t j = 1; j < kLevels; ++j) {
-      for (int64_t k = 0; k < kIlp; ++k) {
-        acc[j][k] = _mm256_add_ps(acc[j][k], acc[j - 1][k]);
-        acc[j - 1][k] = _mm256_setzero_ps();
-      }
-      if ((i & (level_mask << (j * level_power))) != 0) break;
-    }
-  }
-  for (; i < rows; ++i)
-    for (int64_t k = 0; k < kIlp; ++k) acc[0][k] = _mm256_add_ps(acc[0][k], sq(i * kIlp + k));
-  for (int64_t j = 1; j < kLevels; ++j)
-    for (int64_t k = 0; k < kIlp; ++k) acc[0][k] = _mm256_add_ps(acc[0][k], acc[j][k]);
-  for (int64_t v = rows * kIlp; v < vecs; ++v) acc[0][0] = _mm256_add_ps(acc[0][0], sq(v));
-  for (int64_t k = 1; k < kIlp; ++k) acc[0][0] = _mm256_add_ps(acc[0][0], acc[0][k]);
-  float total = 0.f;
-  for (int64_t k = vecs * kLanes8; k < n; ++k) total += static_cast<float>(x[k]) * static_cast<float>(x[k]);
-  alignas(32) float lanes[kLanes8];
-  _mm256_store_ps(lanes, acc[0][0]);
-  for (float lane : lanes) total += lane;
-  return total;
-}
-
-// y = bf16(w * bf16(x * rsqrt(mean(x^2) + eps))) over n elements: what RMSNorm.forward does for
-// bf16 (F.rms_norm in fp32, cast back, then the bf16 weight multiply).
-inline void rms_norm(const bf16* x, const bf16* w, int64_t n, float eps, bf16* y) {
-  const float rstd = 1.f / std::sqrt(sum_squares(x, n) / static_cast<float>(n) + eps);
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = static_cast<bf16>(static_cast<float>(w[i]) * bf(static_cast<float>(x[i]) * rstd));
-}
+// RMSNorm and the residual add before it: rms_norm.h, shared with the prefill ops.
+using blink::norm::rms_norm;
 
 // Rotate-half rope of one head in place (apply_rotary in rope.py), cos/sin rounded to bf16.
 inline void rope(bf16* x, const float* cos_sin, int64_t dim) {
@@ -378,8 +325,7 @@ class DecodeStep : public torch::CustomClassHolder {
       } else {
         const bf16* h = hidden_buf_.data() + m * hidden_;
         const bf16* r = resid_.data() + m * hidden_;
-        for (int64_t i = 0; i < hidden_; ++i)
-          x[i] = static_cast<bf16>(static_cast<float>(h[i]) + static_cast<float>(r[i]));
+        blink::norm::add(h, r, hidden_, x);
       }
       rms_norm(x, norm_w, hidden_, eps_, s.xn.data() + m * hidden_);
     }

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from blink.engine.errors import UnsupportedModelError
+from blink.engine.kernels.prefill_ops import silu_mul
 from blink.engine.layers.attention import AttentionMetadata, PagedAttention
 from blink.engine.layers.embedding import LMHead, VocabEmbedding
 from blink.engine.layers.linear import Linear, MergedLinear
@@ -116,8 +117,12 @@ class LlamaMLP(nn.Module):
         self.down_proj = Linear(size, shape.hidden_size, bias=shape.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        gate_up = self.gate_up_proj(x)
+        act = silu_mul(gate_up)  # one fused pass for bf16 on the CPU, else None
+        if act is None:
+            gate, up = gate_up.chunk(2, dim=-1)
+            act = F.silu(gate) * up
+        return self.down_proj(act)
 
 
 class LlamaDecoderLayer(nn.Module):
