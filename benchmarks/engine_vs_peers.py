@@ -14,6 +14,7 @@ environments, never as Blink dependencies: both compile or download for many min
 
     python benchmarks/engine_vs_peers.py --threads 2 [--shapes smollm2-135m,qwen2.5-0.5b]
         [--llama-cpp-python /work/peers-venv/bin/python] [--vllm-python /work/vllm-venv/bin/python]
+        [--quantization int8-dense-prefill|int8-w8a8|int8]   (Blink best's mode; its label names it)
 """
 
 from __future__ import annotations
@@ -200,18 +201,21 @@ def main() -> None:
     ap.add_argument("--compile", default="", choices=["", "frozen", "layers"],
                     help="Blink best with EngineConfig.compile in this mode instead of the fused C++ decode "
                          "step (compile time printed); default: the fused step where it is available")
+    ap.add_argument("--quantization", default="int8-dense-prefill", choices=["int8", "int8-dense-prefill", "int8-w8a8"],
+                    help="Blink best's weight quantization (named in its label)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     w = Workload(lengths=[int(x) for x in args.lengths.split(",")], decode_tokens=args.decode_tokens,
                  streams=args.streams, stream_tokens=args.stream_tokens, decode_reps=args.decode_reps)
-    best = "blink bf16+int8" + (f" compiled ({args.compile})" if args.compile else " fused")
+    best = f"blink bf16+{args.quantization}" + (f" compiled ({args.compile})" if args.compile else " fused")
     for shape in args.shapes.split(","):
         with tempfile.TemporaryDirectory() as tmp:
             path = build(shape, Path(tmp), "bfloat16")
-            results = {best: blink(path, args.threads, "bfloat16", "int8-dense-prefill", w, args.compile,
+            results = {best: blink(path, args.threads, "bfloat16", args.quantization, w, args.compile,
                                    fused=not args.compile),
                        "blink bf16": blink(path, args.threads, "bfloat16", "none", w),
-                       **({"blink bf16+int8 eager": blink(path, args.threads, "bfloat16", "int8-dense-prefill", w,
+                       **({f"blink bf16+{args.quantization} eager": blink(path, args.threads, "bfloat16",
+                                                                          args.quantization, w,
                                                           fused=False)}
                           if args.compile else {}),
                        "transformers bf16": transformers_eager(path, "bfloat16", w)}

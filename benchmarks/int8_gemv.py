@@ -9,6 +9,14 @@ machine's drift hits all alike; prints ms per step (median of the per-rep bests)
 GB/s, and ours' speed-up over each.
 
     python benchmarks/int8_gemv.py [--threads 1,2] [--rows 1,2,3,4,8,16,32,64] [--reps 3]
+
+``--w8a8`` instead times the prefill linears of mode ``int8-w8a8`` (kernels/w8a8.py) on the same
+four layer shapes, one GEMM at a time at ``--rows`` (default 256,1024): oneDNN bf16 on the
+pre-packed weight vs W8A8 (``blink::quantize_rows`` + ``torch._int_mm`` + ``blink::dequant_rows``)
+on the transposed view of the [N, K] int8 weight and on a [K, N]-contiguous copy, plus the three
+W8A8 stages alone; ms per GEMM (median of per-rep bests) and the bf16 / W8A8 ratio.
+
+    python benchmarks/int8_gemv.py --w8a8 [--threads 2] [--rows 256,1024] [--reps 5]
 """
 
 from __future__ import annotations
@@ -55,12 +63,82 @@ def step_time(op: Op, step: list[Linear], xs: dict[int, torch.Tensor], n: int) -
     return best
 
 
+def best_time(fn: Callable[[], object], n: int) -> float:
+    """Seconds per call, best of ``n`` (after one warm-up call)."""
+    fn()
+    best = float("inf")
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def w8a8_ops(m: int, n: int, k: int) -> dict[str, Callable[[], object]]:
+    """The timed calls for one ``[m, k] x [n, k]^T`` prefill GEMM (weights as linear_int8.py makes them)."""
+    from blink.engine.kernels.w8a8 import w8a8_linear
+    from blink.engine.layers.linear_int8 import quantize_per_channel
+
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(torch.bfloat16)
+    q, s = quantize_per_channel(w)
+    q_kn = q.t().contiguous()
+    packed = pack_weight(w)
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    xq, xs = torch.ops.blink.quantize_rows(x)
+    acc = torch._int_mm(xq, q_kn)
+    return {
+        "bf16 packed": lambda: packed_linear(x, packed, None),
+        "w8a8 view": lambda: w8a8_linear(x, q.t(), s, None, False),
+        "w8a8 [K,N]": lambda: w8a8_linear(x, q_kn, s, None, False),
+        "quant": lambda: torch.ops.blink.quantize_rows(x),
+        "int_mm view": lambda: torch._int_mm(xq, q.t()),
+        "int_mm [K,N]": lambda: torch._int_mm(xq, q_kn),
+        "dequant": lambda: torch.ops.blink.dequant_rows(acc, xs, s, None, False),
+    }
+
+
+def w8a8_section(threads: list[int], rows: list[int], reps: int) -> None:
+    """Per-GEMM times of mode int8-w8a8's prefill path vs the packed bf16 GEMM it replaces."""
+    from blink.engine.kernels.w8a8 import w8a8_available
+
+    if not w8a8_available():
+        raise SystemExit("the W8A8 kernels are not available on this machine (see the log)")
+    print("ms per GEMM (median of per-rep bests); W8A8 includes quantize + dequantize")
+    for t in threads:
+        torch.set_num_threads(t)
+        for m in rows:
+            for n, k in LAYER_SHAPES:
+                ops = w8a8_ops(m, n, k)
+                times: dict[str, list[float]] = {name: [] for name in ops}
+                for _ in range(reps):
+                    for name, op in ops.items():
+                        times[name].append(best_time(op, 3))
+                med = {name: statistics.median(v) * 1e3 for name, v in times.items()}
+                cols = "  ".join(f"{name} {v:6.3f}" for name, v in med.items())
+                bf16 = med["bf16 packed"]
+                view, kn = bf16 / med["w8a8 view"], bf16 / med["w8a8 [K,N]"]
+                ratio = f"bf16/w8a8 view {view:.2f}x, [K,N] {kn:.2f}x"
+                print(f"threads={t} M={m:4d} {k:4d}->{n:4d}: {cols}  | {ratio}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--rows", default="1,2,3,4,8,16,32,64")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", default=None, help="default 1,2 (2 with --w8a8)")
+    ap.add_argument("--rows", default=None, help="default 1,2,3,4,8,16,32,64 (256,1024 with --w8a8)")
+    ap.add_argument("--reps", type=int, default=None, help="default 3 (5 with --w8a8)")
+    ap.add_argument("--w8a8", action="store_true", help="time int8-w8a8's prefill GEMMs instead")
     args = ap.parse_args()
+    if args.w8a8:
+        w8a8_section(
+            [int(t) for t in (args.threads or "2").split(",")],
+            [int(r) for r in (args.rows or "256,1024").split(",")],
+            args.reps or 5,
+        )
+        return
+    args.threads = args.threads or "1,2"
+    args.rows = args.rows or "1,2,3,4,8,16,32,64"
+    args.reps = args.reps or 3
     if not int8_gemv_available():
         raise SystemExit("blink::int8_gemv is not available on this machine (see the log)")
     pack = cpu_bf16_packing_supported(torch.zeros(1, 1, dtype=torch.bfloat16))

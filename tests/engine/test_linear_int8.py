@@ -159,3 +159,49 @@ def test_with_the_kernel_packed_dense_serves_only_past_the_crossover(gemv_row_co
     many = torch.randn(GEMV_DENSE_MAX_ROWS + 1, 64).bfloat16()
     assert torch.equal(layer(many), torch.nn.functional.linear(many, w, b))
     assert len(calls) == 6
+
+
+# int8-w8a8: prefill (100-row calls here) also quantizes the activations, one scale per row.
+# Measured on the trained tiny model, held-out text, 2,000 positions vs the unquantized model of
+# the same dtype: fp32 model 99.0% (int8 weight-only 98.7%); bf16 model 98.7% (int8 weight-only
+# 98.75%; W8A8 vs the fp32 model 98.95%, bf16 alone 99.0%). So the int8 weights, shared with mode
+# int8, cost the flips and the int8 activations next to none: the issue's 99% holds for the fp32
+# model (at the bar: one more flip fails it) and the bf16 guard is int8's 98% plus "no worse than
+# int8 weight-only by more than 0.5 points".
+_W8A8_MAX_LOSS_VS_INT8 = 0.005
+
+
+@pytest.mark.parametrize(("dtype", "bar"), [("float32", 0.99), ("bfloat16", _TRAINED_MIN_AGREEMENT)])
+def test_w8a8_prefill_top1_agreement_on_a_trained_model(
+    trained_tiny_llama: Path, tiny_tokenizer_dir: Path, dtype: str, bar: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from blink.engine.kernels.w8a8 import w8a8_available
+    from blink.engine.layers import linear_int8
+    from tests.engine.trained_tiny import corpus_ids, heldout_windows
+
+    if not w8a8_available():
+        pytest.skip("needs the W8A8 kernels (AVX-512 + a compiler)")
+    rows: list[int] = []
+    real = linear_int8.w8a8_linear
+
+    def counting(x: torch.Tensor, *args: object) -> torch.Tensor:
+        rows.append(x.shape[0])
+        return real(x, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(linear_int8, "w8a8_linear", counting)
+    base = EngineConfig(model=str(trained_tiny_llama), dtype=dtype, threads=1, max_model_len=512)
+    prompts = heldout_windows(corpus_ids(tiny_tokenizer_dir), _POSITIONS // 100, 100)
+
+    def top1(quantization: str) -> torch.Tensor:
+        return _all_logits(ModelRunner(EngineConfig(**{**base.__dict__, "quantization": quantization})), prompts).argmax(-1)
+
+    ref, int8 = top1("none"), top1("int8")
+    assert not rows
+    got = top1("int8-w8a8")
+    assert rows and set(rows) == {100}  # every linear of every prefill went through W8A8
+    agreement = float((got == ref).float().mean())
+    int8_agreement = float((int8 == ref).float().mean())
+    print(f"{dtype}: w8a8 {agreement:.4f}, int8 weight-only {int8_agreement:.4f}")
+    assert ref.numel() == _POSITIONS
+    assert agreement >= bar, agreement
+    assert agreement >= int8_agreement - _W8A8_MAX_LOSS_VS_INT8, (agreement, int8_agreement)

@@ -9,9 +9,13 @@ this CPU for SmolLM2's 49152x576 LM head at batch 1 it took 2.2 ms against 5.3 m
 kernel ``blink::int8_gemv`` (kernels/int8_gemv.py) replaces it where it builds: same result up to
 fp32 summation order, faster at streaming the weights; at 4-64 rows it runs bf16 dot products
 (vdpbf16ps) on the widened int8 weights, ahead of aten's int8 kernel at every row count.
+Mode ``int8-w8a8`` also quantizes the activations of many-row (prefill) calls, one scale per row,
+and runs oneDNN's int8 GEMM (VNNI) on the same int8 weights: no dense copy (kernels/w8a8.py).
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 from torch import nn
@@ -19,7 +23,10 @@ from torch import nn
 from blink.engine.errors import EngineError
 from blink.engine.kernels.int8_gemv import MAX_ROWS as GEMV_MAX_ROWS
 from blink.engine.kernels.int8_gemv import int8_gemv_available
+from blink.engine.kernels.w8a8 import w8a8_available, w8a8_linear
 from blink.engine.layers.packed_linear import packed_copy, packed_linear
+
+log = logging.getLogger(__name__)
 
 # Symmetric int8 range: +-127 keeps zero exact and the range symmetric (-128 is never used).
 _INT8_MAX = 127.0
@@ -40,8 +47,10 @@ DENSE_MIN_ROWS = 4
 # 1.20x at 16, 1.11x at 32, 1.08x at 64. Both are vdpbf16ps-bound from ~32 rows (ours also widens
 # the int8), so the crossover sits between 16 and 32.
 GEMV_DENSE_MAX_ROWS = 16
-# "int8": int8 weights only; "int8-dense-prefill": also keeps the loaded weights for prefill.
-QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill")
+# "int8": int8 weights only; "int8-dense-prefill": also keeps the loaded weights for prefill;
+# "int8-w8a8": int8 weights only, calls of more than GEMV_DENSE_MAX_ROWS rows quantize their
+# activations per row and run oneDNN's int8 GEMM (kernels/w8a8.py); fewer rows run as in "int8".
+QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill", "int8-w8a8")
 
 
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -63,6 +72,7 @@ class Int8Linear(nn.Module):
         float_output: bool = False,
         keep_dense: bool = False,
         gemv: bool = False,
+        w8a8: bool = False,
     ) -> None:
         super().__init__()
         # Eager calls use blink::int8_gemv (the caller checked it is built).
@@ -79,6 +89,11 @@ class Int8Linear(nn.Module):
         self.register_buffer("qweight", q)
         # The kernel wants the scales in the activation dtype; bf16 is what the matmul runs in.
         self.register_buffer("scales", scales.to(torch.bfloat16))
+        # Set when eager calls of more than GEMV_DENSE_MAX_ROWS rows run W8A8 (the caller checked
+        # that kernels/w8a8.py is built): ``qweight`` as the [K, N] operand _int_mm takes (a view,
+        # no copy) and the fp32 scales, so the dequantization does not round them to bf16.
+        self.w8a8_weight: torch.Tensor | None = q.t() if w8a8 else None
+        self.w_scales: torch.Tensor | None = scales if w8a8 else None
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         # oneDNN-packed copy of ``dense`` (packed_linear.py), set by ``prepack``.
         self.packed_dense: torch.Tensor | None = None
@@ -99,6 +114,10 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         rows = x.numel() // self.in_features
+        w8a8_weight, w_scales = self.w8a8_weight, self.w_scales
+        if w8a8_weight is not None and w_scales is not None and rows > GEMV_DENSE_MAX_ROWS:
+            if not torch.compiler.is_compiling():
+                return self._w8a8_forward(x, w8a8_weight, w_scales).reshape(*lead, self.out_features)
         if self.dense is not None and rows >= self._dense_min_rows():
             if not torch.compiler.is_compiling() and self.packed_dense is not None:
                 y = packed_linear(x, self.packed_dense, self.bias)
@@ -124,6 +143,21 @@ class Int8Linear(nn.Module):
             y = y + self.bias.to(y.dtype)
         return y.reshape(*lead, self.out_features)
 
+    def _w8a8_forward(self, x: torch.Tensor, weight: torch.Tensor, w_scales: torch.Tensor) -> torch.Tensor:
+        """``[rows, out_features]`` through kernels/w8a8.py: bf16 activations quantize from bf16,
+        any other dtype from fp32, and the output is fp32 unless it is bf16 that was asked for."""
+        x2 = x.reshape(-1, self.in_features)
+        if x2.dtype not in (torch.bfloat16, torch.float32):
+            x2 = x2.float()
+        if self._pad:
+            x2 = torch.nn.functional.pad(x2, (0, self._pad))
+        fp32_out = self.float_output or x.dtype != torch.bfloat16
+        bias: torch.Tensor | None = self.bias
+        if bias is not None and bias.dtype not in (torch.bfloat16, torch.float32):
+            bias = bias.float()
+        y = w8a8_linear(x2, weight, w_scales, bias, fp32_out)
+        return y if self.float_output else y.to(x.dtype)
+
 
 def quantize_model(model: nn.Module, mode: str) -> int:
     """Swap every module that declares ``quantizable_linear`` for an :class:`Int8Linear`.
@@ -141,7 +175,12 @@ def quantize_model(model: nn.Module, mode: str) -> int:
         for name, module in model.named_modules()
         if getattr(module, "quantizable_linear", False) and name
     ]
-    gemv = bool(targets) and targets[0][1].weight.device.type == "cpu" and int8_gemv_available()  # type: ignore[union-attr]
+    cpu = bool(targets) and targets[0][1].weight.device.type == "cpu"  # type: ignore[union-attr]
+    gemv = cpu and int8_gemv_available()
+    # Without the W8A8 kernels (or off the CPU) "int8-w8a8" runs exactly as "int8".
+    w8a8 = mode == "int8-w8a8" and cpu and w8a8_available()
+    if mode == "int8-w8a8" and not w8a8:
+        log.warning("int8-w8a8: W8A8 kernels unavailable here; many-row calls use the int8 weight-only path")
     for name, module in targets:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
@@ -153,6 +192,7 @@ def quantize_model(model: nn.Module, mode: str) -> int:
             float_output=bool(getattr(module, "float_output", False)),
             keep_dense=mode == "int8-dense-prefill",
             gemv=gemv,
+            w8a8=w8a8,
         )
         setattr(parent, attr, replacement.to(weight.device))  # type: ignore[union-attr]
     return len(targets)

@@ -1,0 +1,167 @@
+// The two element-wise passes around torch._int_mm that make a W8A8 (int8 activations, int8
+// weights) linear pay on this CPU: quantize_rows turns bf16/fp32 activation rows into int8 with one
+// symmetric scale per row, dequant_rows turns the int32 accumulator into the layer's output with
+// both scales and the bias applied. Done with eager aten ops these two cost as much as the int8
+// GEMM saves over the bf16 one (see w8a8.py); here each is one pass over its tensor, split over
+// torch's threads by rows.
+//
+// Exactness contract (the tests check it bit for bit):
+//   quantize_rows: scale[m] = max(absmax(x[m]), tiny) / 127 (fp32), q = round-half-even(x * (127 /
+//     max(absmax, tiny))) saturated to [-127, 127]; |q * scale - x| <= scale / 2 up to fp32 rounding.
+//   dequant_rows: y = out_dtype((float(acc) * w_scale[n]) * x_scale[m] + float(bias[n])), each
+//     operation rounded in fp32 in that order (built with -ffp-contract=off, so no FMA contraction),
+//     bf16 output rounded to nearest even like torch's cast.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <immintrin.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <tuple>
+
+namespace {
+
+// Elements each task touches at least: an OpenMP region costs ~2-5 us here, about what one core
+// spends on ~16K elements of either pass, so smaller tasks would cost more than they save.
+constexpr int64_t kMinTaskElements = 16 * 1024;
+// Symmetric int8 range, as linear_int8.py's weights (-128 is never produced).
+constexpr float kInt8Max = 127.0f;
+// An all-zero row gets this absmax so its scale is positive and its codes are zero.
+constexpr float kTinyAbsmax = 1e-30f;
+
+int64_t grain_rows(int64_t row_elements) {
+  return std::max<int64_t>(1, kMinTaskElements / std::max<int64_t>(1, row_elements));
+}
+
+// 16 floats from 16 elements of T (bf16 widened exactly; fp32 as is), masked past the end.
+inline __m512 load16(const c10::BFloat16* p, __mmask16 mask) {
+  const __m256i raw = _mm256_maskz_loadu_epi16(mask, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+inline __m512 load16(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
+
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
+
+template <typename T>
+void quantize_row(const T* x, int64_t K, int8_t* q, float* scale) {
+  __m512 vmax = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 16) {
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(load16(x + k, tail_mask(K - k))));
+  }
+  const float absmax = std::max(_mm512_reduce_max_ps(vmax), kTinyAbsmax);
+  *scale = absmax / kInt8Max;
+  const __m512 inv = _mm512_set1_ps(kInt8Max / absmax);
+  const __m512 lo = _mm512_set1_ps(-kInt8Max), hi = _mm512_set1_ps(kInt8Max);
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 mask = tail_mask(K - k);
+    // x * inv can round a hair past +-127 (absmax * (127 / absmax)); clamp before converting.
+    const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(load16(x + k, mask), inv), lo), hi);
+    const __m512i i = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_mask_storeu_epi8(q + k, mask, _mm512_cvtsepi32_epi8(i));
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2, "quantize_rows: x must be [M, K]");
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "quantize_rows: x must be bf16 or fp32");
+  const auto xc = x.contiguous();
+  const int64_t M = xc.size(0), K = xc.size(1);
+  auto q = at::empty({M, K}, xc.options().dtype(at::kChar));
+  auto scales = at::empty({M}, xc.options().dtype(at::kFloat));
+  int8_t* qp = q.data_ptr<int8_t>();
+  float* sp = scales.data_ptr<float>();
+  const bool bf16 = xc.scalar_type() == at::kBFloat16;
+  const void* xp = xc.data_ptr();
+  at::parallel_for(0, M, grain_rows(K), [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      if (bf16) {
+        quantize_row(static_cast<const c10::BFloat16*>(xp) + m * K, K, qp + m * K, sp + m);
+      } else {
+        quantize_row(static_cast<const float*>(xp) + m * K, K, qp + m * K, sp + m);
+      }
+    }
+  });
+  return {q, scales};
+}
+
+// fp32 -> bf16, round to nearest even (torch's cast; NaN stays NaN).
+inline __m256i to_bf16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  const __m512i out = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(bits, _mm512_set1_epi32(0x400000)));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(out, 16));
+}
+
+template <typename B>
+void dequant_row(const int32_t* acc, int64_t N, float x_scale, const float* w_scales, const B* bias, void* y,
+                 bool float_output) {
+  const __m512 xs = _mm512_set1_ps(x_scale);
+  for (int64_t n = 0; n < N; n += 16) {
+    const __mmask16 mask = tail_mask(N - n);
+    __m512 v = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mask, acc + n));
+    v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, w_scales + n)), xs);
+    if (bias != nullptr) v = _mm512_add_ps(v, load16(bias + n, mask));
+    if (float_output) {
+      _mm512_mask_storeu_ps(static_cast<float*>(y) + n, mask, v);
+    } else {
+      _mm256_mask_storeu_epi16(static_cast<c10::BFloat16*>(y) + n, mask, to_bf16(v));
+    }
+  }
+}
+
+at::Tensor dequant_rows(const at::Tensor& acc, const at::Tensor& x_scales, const at::Tensor& w_scales,
+                        const std::optional<at::Tensor>& bias, bool float_output) {
+  TORCH_CHECK(acc.dim() == 2 && acc.scalar_type() == at::kInt, "dequant_rows: acc must be int32 [M, N]");
+  const int64_t M = acc.size(0), N = acc.size(1);
+  TORCH_CHECK(x_scales.dim() == 1 && x_scales.size(0) == M && x_scales.scalar_type() == at::kFloat,
+              "dequant_rows: x_scales must be fp32 [M]");
+  TORCH_CHECK(w_scales.dim() == 1 && w_scales.size(0) == N && w_scales.scalar_type() == at::kFloat,
+              "dequant_rows: w_scales must be fp32 [N]");
+  const bool has_bias = bias.has_value() && bias->defined();
+  if (has_bias) {
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == N, "dequant_rows: bias must be [N]");
+    TORCH_CHECK(bias->scalar_type() == at::kFloat || bias->scalar_type() == at::kBFloat16,
+                "dequant_rows: bias must be fp32 or bf16");
+  }
+  const auto ac = acc.contiguous();
+  const auto xs = x_scales.contiguous();
+  const auto ws = w_scales.contiguous();
+  const auto bc = has_bias ? bias->contiguous() : at::Tensor();
+  auto y = at::empty({M, N}, ac.options().dtype(float_output ? at::kFloat : at::kBFloat16));
+  const int32_t* ap = ac.data_ptr<int32_t>();
+  const float* xsp = xs.data_ptr<float>();
+  const float* wsp = ws.data_ptr<float>();
+  const size_t out_size = float_output ? sizeof(float) : sizeof(c10::BFloat16);
+  auto* yp = static_cast<char*>(y.data_ptr());
+  const bool bias_bf16 = has_bias && bc.scalar_type() == at::kBFloat16;
+  const void* bp = has_bias ? bc.data_ptr() : nullptr;
+  at::parallel_for(0, M, grain_rows(N), [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      void* row = yp + m * N * out_size;
+      if (bias_bf16) {
+        dequant_row(ap + m * N, N, xsp[m], wsp, static_cast<const c10::BFloat16*>(bp), row, float_output);
+      } else {
+        dequant_row(ap + m * N, N, xsp[m], wsp, static_cast<const float*>(bp), row, float_output);
+      }
+    }
+  });
+  return y;
+}
+
+}  // namespace
+
+// FRAGMENT: the blink namespace is shared with the other kernel libraries.
+TORCH_LIBRARY_FRAGMENT(blink, m) {
+  m.def("quantize_rows(Tensor x) -> (Tensor, Tensor)");
+  m.def("dequant_rows(Tensor acc, Tensor x_scales, Tensor w_scales, Tensor? bias, bool float_output) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(blink, CPU, m) {
+  m.impl("quantize_rows", &quantize_rows);
+  m.impl("dequant_rows", &dequant_rows);
+}

@@ -1,0 +1,181 @@
+"""kernels/w8a8.py: quantize_rows and dequant_rows against fp32 references, Int8Linear's W8A8
+path for many-row calls (few rows stay int8 weight-only), the fallbacks, and an int8-w8a8 engine
+end to end. The quality guard (top-1 agreement) is in test_linear_int8.py with int8's."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from blink.engine.config import EngineConfig
+from blink.engine.kernels import w8a8
+from blink.engine.kernels.decode_step import fused_decode_available
+from blink.engine.kernels.w8a8 import ENV_SWITCH, w8a8_available
+from blink.engine.layers.linear_int8 import GEMV_DENSE_MAX_ROWS, Int8Linear, quantize_model
+from blink.engine.llm_engine import LLMEngine
+from blink.engine.sampling_params import SamplingParams
+
+needs_kernels = pytest.mark.skipif(not w8a8_available(), reason="needs the W8A8 kernels (AVX-512 + a compiler)")
+
+
+def _reference_quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w8a8.cpp's contract in fp32 aten ops: scale = absmax / 127, q = rne(x * (127 / absmax))."""
+    xf = x.float()
+    absmax = xf.abs().amax(1).clamp_min(1e-30)
+    inv = torch.full_like(absmax, 127.0) / absmax  # a correctly rounded division (127.0 / t is not)
+    q = torch.round(xf * inv[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, absmax / 127.0
+
+
+def _reference_dequant(
+    acc: torch.Tensor, xs: torch.Tensor, ws: torch.Tensor, bias: torch.Tensor | None, float_output: bool
+) -> torch.Tensor:
+    y = acc.float() * ws * xs[:, None]
+    if bias is not None:
+        y = y + bias.float()
+    return y if float_output else y.bfloat16()
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("m", "k"), [(1, 1), (7, 16), (33, 37), (40, 576)])
+def test_quantize_rows_round_trip_is_within_half_a_step(dtype: torch.dtype, m: int, k: int) -> None:
+    torch.manual_seed(0)
+    x = (torch.randn(m, k) * torch.logspace(-3, 2, m)[:, None]).to(dtype)  # rows of very different scale
+    if m > 2:
+        x[2] = 0  # an all-zero row: codes 0, a positive scale
+    q, scales = torch.ops.blink.quantize_rows(x)
+    ref_q, ref_scales = _reference_quantize(x)
+    assert q.dtype == torch.int8 and scales.dtype == torch.float32
+    assert torch.equal(q, ref_q) and torch.equal(scales, ref_scales)
+    assert int(q.abs().max()) == 127 and bool((scales > 0).all())
+    err = (q.float() * scales[:, None] - x.float()).abs()
+    # Half a step per element, up to fp32 rounding of the scale and the product (~1e-7 relative).
+    assert bool((err <= scales[:, None] * (0.5 + 1e-5)).all())
+
+
+@needs_kernels
+def test_quantize_rows_takes_strided_rows() -> None:
+    x = torch.randn(8, 64).bfloat16()[:, :48]
+    q, scales = torch.ops.blink.quantize_rows(x)
+    ref_q, ref_scales = _reference_quantize(x)
+    assert torch.equal(q, ref_q) and torch.equal(scales, ref_scales)
+
+
+@needs_kernels
+@pytest.mark.parametrize("bias_dtype", [None, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("float_output", [False, True])
+def test_dequant_rows_is_exact(bias_dtype: torch.dtype | None, float_output: bool) -> None:
+    g = torch.Generator().manual_seed(0)
+    acc = torch.randint(-(2**20), 2**20, (19, 37), dtype=torch.int32, generator=g)  # ragged N
+    xs, ws = torch.rand(19, generator=g) / 100, torch.rand(37, generator=g) / 100
+    bias = None if bias_dtype is None else torch.randn(37, generator=g).to(bias_dtype)
+    y = torch.ops.blink.dequant_rows(acc, xs, ws, bias, float_output)
+    assert y.dtype == (torch.float32 if float_output else torch.bfloat16)
+    assert torch.equal(y, _reference_dequant(acc, xs, ws, bias, float_output))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("k", [64, 40])  # 40: the int8 weight is zero-padded to 48 columns
+def test_many_row_calls_run_w8a8_and_few_rows_stay_int8(
+    dtype: torch.dtype, k: int, gemv_row_counts: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Up to GEMV_DENSE_MAX_ROWS rows: exactly the int8 weight-only layer (blink::int8_gemv, the
+    decode path); more rows: quantize_rows + _int_mm + dequant_rows, equal to the references."""
+    from blink.engine.layers import linear_int8
+
+    w8a8_calls: list[int] = []
+    real = linear_int8.w8a8_linear
+
+    def counting(x: torch.Tensor, *args: object) -> torch.Tensor:
+        w8a8_calls.append(x.shape[0])
+        return real(x, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(linear_int8, "w8a8_linear", counting)
+    torch.manual_seed(0)
+    w, b = (torch.randn(96, k) * 0.1).to(dtype), torch.randn(96).to(dtype)
+    layer, int8_only = Int8Linear(w, b, gemv=True, w8a8=True), Int8Linear(w, b, gemv=True)
+    few = torch.randn(GEMV_DENSE_MAX_ROWS, k).to(dtype)
+    assert torch.equal(layer(few), int8_only(few))
+    assert w8a8_calls == [] and gemv_row_counts == [GEMV_DENSE_MAX_ROWS] * 2
+    many = torch.randn(2, GEMV_DENSE_MAX_ROWS, k).to(dtype)  # 32 rows, leading dims kept
+    y = layer(many)
+    assert w8a8_calls == [2 * GEMV_DENSE_MAX_ROWS] and len(gemv_row_counts) == 2
+    assert y.shape == (2, GEMV_DENSE_MAX_ROWS, 96) and y.dtype == dtype
+    xq, xs = _reference_quantize(many.reshape(-1, k))
+    _, ws = linear_int8.quantize_per_channel(w)
+    acc = torch._int_mm(xq, linear_int8.quantize_per_channel(w)[0].t())
+    ref = _reference_dequant(acc, xs, ws, b, dtype == torch.float32).to(dtype)
+    assert torch.equal(y.reshape(-1, 96), ref)
+    exact = torch.nn.functional.linear(many.float(), w.float(), b.float())
+    assert float((y.float() - exact).norm() / exact.norm()) < 0.02  # int8 x int8: ~1% error
+
+
+@needs_kernels
+def test_float_output_layer_returns_fp32_from_bf16_rows() -> None:
+    torch.manual_seed(0)
+    w = (torch.randn(96, 64) * 0.1).bfloat16()
+    head = Int8Linear(w, None, float_output=True, gemv=True, w8a8=True)
+    y = head(torch.randn(GEMV_DENSE_MAX_ROWS + 1, 64).bfloat16())
+    assert y.dtype == torch.float32 and y.shape == (GEMV_DENSE_MAX_ROWS + 1, 96)
+
+
+def _model(width: int = 32) -> torch.nn.Module:
+    linear = torch.nn.Linear(width, width, bias=False)
+    linear.quantizable_linear = True  # type: ignore[assignment]
+    return torch.nn.Sequential(linear)
+
+
+def test_env_switch_falls_back_to_int8(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Switched off (as when the build fails), int8-w8a8 is mode int8 at every row count."""
+    monkeypatch.setenv(ENV_SWITCH, "off")
+    assert not w8a8_available()
+    torch.manual_seed(0)
+    model = _model()
+    torch.manual_seed(0)
+    int8 = _model()
+    assert quantize_model(model, "int8-w8a8") == 1 and quantize_model(int8, "int8") == 1
+    layer = model[0]
+    assert isinstance(layer, Int8Linear) and layer.w_scales is None
+    x = torch.randn(GEMV_DENSE_MAX_ROWS + 8, 32)
+    assert torch.equal(layer(x), int8[0](x))
+
+
+def test_no_avx512_means_no_w8a8(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(w8a8, "cpu_has_avx512", lambda: False)
+    assert not w8a8_available()
+
+
+def test_unknown_modes_are_still_rejected() -> None:
+    from blink.engine.errors import EngineError
+
+    with pytest.raises(EngineError, match="int8-w8a8"):  # the message lists the new mode too
+        quantize_model(_model(), "w8a8")
+
+
+def _engine(path: Path, quantization: str) -> LLMEngine:
+    cfg = EngineConfig(model=str(path), dtype="bfloat16", quantization=quantization, threads=1, max_model_len=512)
+    return LLMEngine(cfg, path)
+
+
+@needs_kernels
+def test_engine_greedy_run_end_to_end(tiny_llama: Path) -> None:
+    """int8-w8a8 keeps the fused decode step (same int8 layers) and its decode rows are int8's:
+    a request whose prompt has up to GEMV_DENSE_MAX_ROWS tokens, run alone, gives int8's tokens
+    exactly (no call has more rows); longer prompts prefill through W8A8 and still generate."""
+    params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+    rng = random.Random(0)
+    short = [[rng.randrange(3, 500) for _ in range(rng.randint(3, GEMV_DENSE_MAX_ROWS))] for _ in range(3)]
+    long = [[rng.randrange(3, 500) for _ in range(n)] for n in (40, 100)]
+    engine, int8 = _engine(tiny_llama, "int8-w8a8"), _engine(tiny_llama, "int8")
+    layers = [m for m in engine.runner.model.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(m.w_scales is not None and m.dense is None for m in layers)
+    assert engine.runner.fused_decode == int8.runner.fused_decode == fused_decode_available()
+    for prompt in short:
+        assert engine.generate([prompt], params) == int8.generate([prompt], params)
+    out = engine.generate(long, params)
+    assert [len(o) for o in out] == [12, 12]
