@@ -18,12 +18,16 @@ model-dtype one (an engine each, same byte budget): decode tok/s of 16 streams a
 tokens each and of one such stream, alternating ROUNDS times, plus the pools' block capacity ratio.
 With ``--ab-fused`` (and ``--quantization int8``) it compares, per cache dtype, the fused C++ decode
 step with the eager per-layer path instead.
+``--ab-prefill-ops ROUNDS`` (``--dtype bfloat16``, any ``--quantization``) compares the fused bf16
+elementwise ops (blink/engine/kernels/prefill_ops.cpp: residual + RMSNorm, silu * up) with aten's
+on one engine, toggled by BLINK_PREFILL_OPS and alternated (TTFT, 16-stream and batch-1 tok/s).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -202,6 +206,37 @@ def ab_kernels(path: Path, dtype: str, threads: int, lengths: list[int], streams
              "kernel", "sdpa", figures)
 
 
+def ab_prefill_ops(path: Path, dtype: str, threads: int, lengths: list[int], streams: int, stream_tokens: int,
+                   decode_tokens: int, rounds: int, quantization: str) -> None:
+    """The fused bf16 elementwise ops (kernels/prefill_ops.py: RMSNorm + residual, silu * up) vs
+    aten's, toggled on one engine by their env switch (read per call) and alternated."""
+    from blink.engine.kernels import prefill_ops
+
+    if dtype != "bfloat16" or not prefill_ops.prefill_ops_available():
+        raise SystemExit("the prefill ops serve bf16 models on AVX-512 CPUs with a compiler (--dtype bfloat16)")
+    cfg = dict(model=str(path), dtype=dtype, threads=threads, max_model_len=2048,
+               kv_cache_memory_bytes=1 << 30, max_num_batched_tokens=2048, max_num_seqs=64,
+               enable_prefix_caching=False, quantization=quantization)
+    eng = LLMEngine(EngineConfig(**cfg), path)  # type: ignore[arg-type]
+    figures: dict[str, dict[str, list[float]]] = {"fused": {}, "aten": {}}
+    for name in figures:
+        os.environ[prefill_ops.ENV_SWITCH] = "on" if name == "fused" else "aten"
+        blink_ttft(eng, rand_prompt(16, 99), f"warm-{name}")
+    for r in range(rounds):
+        for name in ("fused", "aten") if r % 2 == 0 else ("aten", "fused"):
+            os.environ[prefill_ops.ENV_SWITCH] = "on" if name == "fused" else "aten"
+            for n in lengths:
+                figures[name].setdefault(f"TTFT ms @ {n}", []).append(
+                    blink_ttft(eng, rand_prompt(n, 1000 * n + r), f"{name}{r}-{n}"))
+            figures[name].setdefault(f"{streams}-stream tok/s", []).append(
+                streams_tok_s(eng, streams, stream_tokens, f"{name}{r}"))
+            figures[name].setdefault("batch-1 decode tok/s", []).append(
+                batch1_decode_tok_s(eng, decode_tokens, f"{name}{r}"))
+    os.environ.pop(prefill_ops.ENV_SWITCH)
+    print_ab(f"fused bf16 elementwise ops vs aten, {rounds} alternating rounds, threads={threads}, "
+             f"quantization={quantization}", "fused", "aten", figures)
+
+
 def ab_kv_cache(path: Path, dtype: str, threads: int, streams: int, context: int, rounds: int,
                 kinds: list[str], quantization: str, steps: int = 8, fused_ab: bool = False) -> None:
     """Quantized (``kinds``: fp8, int8) vs model-dtype KV cache, one engine each, same byte budget:
@@ -315,7 +350,10 @@ def main() -> None:
     ap.add_argument("--ab-fused", action="store_true",
                     help="--ab-kv-cache: fused decode step vs eager per cache dtype (auto = the model's) instead")
     ap.add_argument("--context", type=int, default=1900, help="--ab-kv-cache: cached tokens per stream")
-    ap.add_argument("--quantization", default="none", help="--ab-kv-cache: weight quantization (none | int8)")
+    ap.add_argument("--ab-prefill-ops", type=int, default=0, metavar="ROUNDS",
+                    help="only compare the fused bf16 elementwise ops (RMSNorm, silu * up) vs aten's, alternating")
+    ap.add_argument("--quantization", default="none",
+                    help="--ab-kv-cache, --ab-prefill-ops: weight quantization (none | int8 | ...)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lengths = [int(x) for x in args.lengths.split(",")]
@@ -326,6 +364,10 @@ def main() -> None:
             if args.ab_kv_cache:
                 ab_kv_cache(path, args.dtype, args.threads, args.streams, args.context, args.ab_kv_cache,
                             args.kv_cache_dtypes.split(","), args.quantization, fused_ab=args.ab_fused)
+                continue
+            if args.ab_prefill_ops:
+                ab_prefill_ops(path, args.dtype, args.threads, lengths, args.streams, args.stream_tokens,
+                               args.decode_tokens, args.ab_prefill_ops, args.quantization)
                 continue
             if args.ab_kernels:
                 ab_kernels(path, args.dtype, args.threads, lengths, args.streams, args.stream_tokens,
