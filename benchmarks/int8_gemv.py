@@ -14,7 +14,8 @@ GB/s, and ours' speed-up over each.
 four layer shapes, one GEMM at a time at ``--rows`` (default 256,1024): oneDNN bf16 on the
 pre-packed weight vs W8A8 (``blink::quantize_rows`` + ``torch._int_mm`` + ``blink::dequant_rows``)
 on the transposed view of the [N, K] int8 weight and on a [K, N]-contiguous copy, plus the three
-W8A8 stages alone; ms per GEMM (median of per-rep bests) and the bf16 / W8A8 ratio.
+W8A8 stages alone and, at up to 64 rows, ``blink::int8_gemv`` (what mode int8 runs there); ms per
+GEMM (median of per-rep bests) and the bf16 / W8A8 ratio.
 
     python benchmarks/int8_gemv.py --w8a8 [--threads 2] [--rows 256,1024] [--reps 5]
 """
@@ -28,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from blink.engine.kernels.int8_gemv import int8_gemv_available
+from blink.engine.kernels.int8_gemv import MAX_ROWS, int8_gemv_available
 from blink.engine.layers.packed_linear import cpu_bf16_packing_supported, pack_weight, packed_linear
 
 # SmolLM2-135M: hidden 576, 9 heads / 3 kv heads of 64 (qkv 576 + 2 x 192), intermediate 1536.
@@ -87,7 +88,10 @@ def w8a8_ops(m: int, n: int, k: int) -> dict[str, Callable[[], object]]:
     x = torch.randn(m, k, generator=g).to(torch.bfloat16)
     xq, xs = torch.ops.blink.quantize_rows(x)
     acc = torch._int_mm(xq, q_kn)
+    bf16_scales = s.to(torch.bfloat16)
+    gemv = {"int8_gemv": lambda: torch.ops.blink.int8_gemv(x, q, bf16_scales)} if m <= MAX_ROWS else {}
     return {
+        **gemv,
         "bf16 packed": lambda: packed_linear(x, packed, None),
         "w8a8 view": lambda: w8a8_linear(x, q.t(), s, None, False),
         "w8a8 [K,N]": lambda: w8a8_linear(x, q_kn, s, None, False),
@@ -102,8 +106,8 @@ def w8a8_section(threads: list[int], rows: list[int], reps: int) -> None:
     """Per-GEMM times of mode int8-w8a8's prefill path vs the packed bf16 GEMM it replaces."""
     from blink.engine.kernels.w8a8 import w8a8_available
 
-    if not w8a8_available():
-        raise SystemExit("the W8A8 kernels are not available on this machine (see the log)")
+    if not (w8a8_available() and int8_gemv_available()):
+        raise SystemExit("the W8A8 or int8_gemv kernels are not available on this machine (see the log)")
     print("ms per GEMM (median of per-rep bests); W8A8 includes quantize + dequantize")
     for t in threads:
         torch.set_num_threads(t)
