@@ -179,3 +179,19 @@ def test_engine_greedy_run_end_to_end(tiny_llama: Path) -> None:
         assert engine.generate([prompt], params) == int8.generate([prompt], params)
     out = engine.generate(long, params)
     assert [len(o) for o in out] == [12, 12]
+
+
+def test_every_engine_mode_is_a_setting_and_travels_to_the_engine_config() -> None:
+    from typing import get_args
+
+    from pydantic import ValidationError
+
+    from blink.backends.embedded import engine_config_from_settings
+    from blink.config import ModelSettings
+    from blink.engine.layers.linear_int8 import QUANTIZATION_MODES
+
+    assert set(get_args(ModelSettings.model_fields["quantization"].annotation)) == set(QUANTIZATION_MODES)
+    settings = ModelSettings(model="m", quantization="int8-w8a8")
+    assert engine_config_from_settings(settings).quantization == "int8-w8a8"
+    with pytest.raises(ValidationError):
+        ModelSettings(model="m", quantization="w8a8")  # type: ignore[arg-type]
