@@ -150,6 +150,16 @@ def test_no_avx512_means_no_w8a8(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not w8a8_available()
 
 
+def test_an_int_mm_with_shape_constraints_costs_the_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert w8a8._int_mm_serves_our_shapes()  # this torch: any shape
+
+    def constrained(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("_int_mm: self.size(0) needs to be greater than 16")
+
+    monkeypatch.setattr(torch, "_int_mm", constrained)
+    assert not w8a8._int_mm_serves_our_shapes()
+
+
 def test_unknown_modes_are_still_rejected() -> None:
     from blink.engine.errors import EngineError
 

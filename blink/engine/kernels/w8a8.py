@@ -52,8 +52,27 @@ def _build() -> bool:
     ) -> torch.Tensor:
         return acc.new_empty(acc.shape, dtype=torch.float32 if float_output else torch.bfloat16)
 
+    if not _int_mm_serves_our_shapes():
+        return False
     log.info("int8-w8a8 linears can quantize activations with blink::quantize_rows (AVX-512)")
     return True
+
+
+def _int_mm_serves_our_shapes() -> bool:
+    """One tiny ``_int_mm`` in the form Int8Linear calls it (an odd row count past the decode rows,
+    K a multiple of 16 as the weights are padded, an odd N, the weight as a transposed view):
+    this torch serves any shape on the CPU, but a build whose ``_int_mm`` adds CUDA-like
+    constraints (M > 16, K and N multiples of 8) should cost the mode, not a request."""
+    x = torch.ones(17, 48, dtype=torch.int8)
+    w = torch.ones(3, 48, dtype=torch.int8)
+    try:
+        ok = bool((torch._int_mm(x, w.t()) == 48).all())
+    except RuntimeError as exc:
+        log.warning("torch._int_mm cannot serve int8-w8a8's shapes here (%s); running as int8", exc)
+        return False
+    if not ok:
+        log.warning("torch._int_mm returned wrong sums for int8-w8a8's shapes; running as int8")
+    return ok
 
 
 def w8a8_available() -> bool:
