@@ -53,7 +53,7 @@ def serve(
     speculative: Annotated[str | None, typer.Option(help="Speculative decoding: none | ngram | draft.")] = None,
     num_speculative_tokens: Annotated[int | None, typer.Option(help="Max tokens proposed per step (speculative decoding).")] = None,
     draft_model: Annotated[str | None, typer.Option(help="Draft model for --speculative draft (shares the tokenizer).")] = None,
-    quantization: Annotated[str | None, typer.Option(help="Weight quantization (CPU): none | int8 | int8-dense-prefill | int8-w8a8 (int8 weights; w8a8 also quantizes prefill activations).")] = None,
+    quantization: Annotated[str | None, typer.Option(help="Weight quantization: none | int8 | int8-dense-prefill | int8-w8a8 (CPU: int8 weights; w8a8 also quantizes prefill activations) | fp8 (CUDA GPUs with fp8 tensor cores).")] = None,
     kv_cache_dtype: Annotated[str | None, typer.Option(help="KV cache storage: auto (model dtype) | fp8 | int8 (CPU; ~2x the blocks).")] = None,
     no_prefix_caching: Annotated[bool, typer.Option("--no-prefix-caching", help="Disable prefix caching.")] = False,
     no_chunked_prefill: Annotated[bool, typer.Option("--no-chunked-prefill", help="Disable chunked prefill.")] = False,

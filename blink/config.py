@@ -114,8 +114,9 @@ class ModelSettings(BaseModel):
     engine_nice: int = Field(0, ge=0, le=19)
     # Load-time weight quantization of linear layers (CPU: int8 weight-only, per-channel scales).
     # int8-dense-prefill also keeps the loaded weights for prefill (faster TTFT, more memory);
-    # int8-w8a8 runs prefill with int8 activations too (per-row scales; int8 memory only).
-    quantization: Literal["none", "int8", "int8-dense-prefill", "int8-w8a8"] = "none"
+    # int8-w8a8 runs prefill with int8 activations too (per-row scales; int8 memory only);
+    # fp8: e4m3 weights and per-token activations on CUDA GPUs with fp8 tensor cores.
+    quantization: Literal["none", "int8", "int8-dense-prefill", "int8-w8a8", "fp8"] = "none"
     # KV cache storage: "auto" (the model dtype), "fp8" (e4m3: half of bf16's bytes, twice the
     # blocks for the same kv_cache_memory_bytes) or "int8" (per-row scales; 1.88x the blocks at
     # head_dim 64); CPU, bf16/fp32 models. blink/engine/kv_cache_dtype.py.

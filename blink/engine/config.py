@@ -43,8 +43,11 @@ class EngineConfig:
     seed: int = 0
     revision: str | None = None
     trust_remote_code: bool = False
-    # Load-time weight quantization of the linear layers: "none" or "int8" (weight-only,
-    # per-channel scales; CPU decode is bandwidth bound, so fewer weight bytes = faster steps).
+    # Load-time weight quantization of the linear layers (layers/linear_int8.QUANTIZATION_MODES):
+    # "none"; on the CPU "int8" (weight-only, per-channel scales: decode is bandwidth bound, so
+    # fewer weight bytes = faster steps), "int8-dense-prefill" (also keeps the loaded weights for
+    # prefill), "int8-w8a8" (prefill also quantizes activations per token); on CUDA GPUs with fp8
+    # tensor cores "fp8" (layers/linear_fp8.py).
     quantization: str = "none"
     # Decode-only steps run a torch.compile'd forward (blink/engine/compiled_decode.py), built
     # and warmed at start-up.

@@ -102,3 +102,9 @@ def test_fp8_top1_agreement_on_a_trained_model(
     print(f"fp8 {scheme} top-1 agreement {agreement:.4f}")
     assert top1.numel() == _POSITIONS
     assert agreement >= _FP8_MIN_AGREEMENT, agreement
+
+
+def test_fp8_mode_on_the_cpu_fails_engine_start_with_the_reason(tiny_llama: Path) -> None:
+    with pytest.raises(EngineError, match="fp8 weights need a CUDA GPU"):
+        ModelRunner(EngineConfig(model=str(tiny_llama), dtype="bfloat16", threads=1, max_model_len=128,
+                                 quantization="fp8"))

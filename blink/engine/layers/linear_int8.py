@@ -24,6 +24,7 @@ from blink.engine.errors import EngineError
 from blink.engine.kernels.int8_gemv import MAX_ROWS as GEMV_MAX_ROWS
 from blink.engine.kernels.int8_gemv import int8_gemv_available
 from blink.engine.kernels.w8a8 import w8a8_available, w8a8_linear
+from blink.engine.layers.linear_fp8 import quantize_model_fp8
 from blink.engine.layers.packed_linear import packed_copy, packed_linear
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ GEMV_DENSE_MAX_ROWS = 16
 # "int8": int8 weights only; "int8-dense-prefill": also keeps the loaded weights for prefill;
 # "int8-w8a8": int8 weights only, calls of more than GEMV_DENSE_MAX_ROWS rows quantize their
 # activations per row and run oneDNN's int8 GEMM (kernels/w8a8.py); fewer rows run as in "int8".
-QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill", "int8-w8a8")
+QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill", "int8-w8a8", "fp8")
 
 
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,6 +171,8 @@ def quantize_model(model: nn.Module, mode: str) -> int:
         raise EngineError(f"unknown quantization {mode!r}; expected one of {', '.join(QUANTIZATION_MODES)}")
     if mode == "none":
         return 0
+    if mode == "fp8":  # CUDA GPUs with fp8 tensor cores only (linear_fp8.py)
+        return quantize_model_fp8(model)
     targets = [
         (name, module)
         for name, module in model.named_modules()
