@@ -82,20 +82,13 @@ def test_dequant_rows_is_exact(bias_dtype: torch.dtype | None, float_output: boo
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("k", [64, 40])  # 40: the int8 weight is zero-padded to 48 columns
 def test_many_row_calls_run_w8a8_and_few_rows_stay_int8(
-    dtype: torch.dtype, k: int, gemv_row_counts: list[int], monkeypatch: pytest.MonkeyPatch
+    dtype: torch.dtype, k: int, gemv_row_counts: list[int], w8a8_rows: list[int]
 ) -> None:
     """Up to GEMV_DENSE_MAX_ROWS rows: exactly the int8 weight-only layer (blink::int8_gemv, the
     decode path); more rows: quantize_rows + _int_mm + dequant_rows, equal to the references."""
     from blink.engine.layers import linear_int8
 
-    w8a8_calls: list[int] = []
-    real = linear_int8.w8a8_linear
-
-    def counting(x: torch.Tensor, *args: object) -> torch.Tensor:
-        w8a8_calls.append(x.shape[0])
-        return real(x, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(linear_int8, "w8a8_linear", counting)
+    w8a8_calls = w8a8_rows
     torch.manual_seed(0)
     w, b = (torch.randn(96, k) * 0.1).to(dtype), torch.randn(96).to(dtype)
     layer, int8_only = Int8Linear(w, b, gemv=True, w8a8=True), Int8Linear(w, b, gemv=True)
@@ -146,7 +139,9 @@ def test_env_switch_falls_back_to_int8(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_no_avx512_means_no_w8a8(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(w8a8, "cpu_has_avx512", lambda: False)
+    from blink.engine.kernels import build
+
+    monkeypatch.setattr(build, "cpu_has_avx512", lambda: False)
     assert not w8a8_available()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from blink.engine.kernels.build import cpu_has_avx512, load_extension
+from blink.engine.kernels.build import build_where_avx512, load_extension
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,7 @@ def decode_kernel_available() -> bool:
     """True when ``torch.ops.blink.decode_attention_cpu`` can be used (builds it on first call)."""
     if os.environ.get(ENV_SWITCH, "").lower() == "sdpa":
         return False
-    if not cpu_has_avx512():
-        return False
-    return _build()
+    return build_where_avx512("decode attention kernel", "using SDPA", _build)
 
 
 @functools.cache

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -41,6 +42,15 @@ _DIGEST = re.compile(r"[0-9a-f]{16}")
 def cpu_has_avx512() -> bool:
     """The AVX-512 kernels can run here (torch's own dispatch level, so it agrees with aten's)."""
     return torch.backends.cpu.get_cpu_capability() in ("AVX512", "AMX")
+
+
+def build_where_avx512(what: str, fallback: str, build: Callable[[], bool]) -> bool:
+    """``build()`` on a CPU with AVX-512; elsewhere False and one log line naming ``what`` and the
+    path the caller keeps instead (every kernel here is AVX-512 code)."""
+    if not cpu_has_avx512():
+        log.info("%s needs AVX-512 (CPU capability %s); %s", what, torch.backends.cpu.get_cpu_capability(), fallback)
+        return False
+    return build()
 
 
 def cflags(extra: list[str] | None = None) -> list[str]:

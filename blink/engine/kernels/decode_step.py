@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from blink.engine.kernels.build import cpu_has_avx512, load_extension
+from blink.engine.kernels.build import build_where_avx512, load_extension
 from blink.engine.kv_cache_dtype import FP8, INT8, has_scales
 
 log = logging.getLogger(__name__)
@@ -59,10 +59,7 @@ def fused_decode_available() -> bool:
     if os.environ.get(ENV_SWITCH, "").lower() == "off":
         log.info("fused decode step switched off (%s=off)", ENV_SWITCH)
         return False
-    if not cpu_has_avx512():
-        log.info("fused decode step needs AVX-512 (CPU capability %s)", torch.backends.cpu.get_cpu_capability())
-        return False
-    return _build()
+    return build_where_avx512("fused decode step", "per-op decode path", _build)
 
 
 class Ineligible(Exception):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from blink.engine.kernels.build import cpu_has_avx512, load_extension
+from blink.engine.kernels.build import build_where_avx512, load_extension
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +48,4 @@ def int8_gemv_available() -> bool:
     """True when ``torch.ops.blink.int8_gemv`` can be used (builds it on the first call)."""
     if os.environ.get(ENV_SWITCH, "").lower() == "aten":
         return False
-    if not cpu_has_avx512():
-        log.info(
-            "int8 GEMV kernel needs AVX-512 (CPU capability %s); using aten",
-            torch.backends.cpu.get_cpu_capability(),
-        )
-        return False
-    return _build()
+    return build_where_avx512("int8 GEMV kernel", "using aten", _build)

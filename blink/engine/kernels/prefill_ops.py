@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from blink.engine.kernels.build import cpu_has_avx512, load_extension
+from blink.engine.kernels.build import build_where_avx512, load_extension
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +62,7 @@ def prefill_ops_available() -> bool:
 
 @functools.cache
 def _usable_here() -> bool:
-    if not cpu_has_avx512():
-        log.info(
-            "prefill ops need AVX-512 (CPU capability %s); using aten",
-            torch.backends.cpu.get_cpu_capability(),
-        )
-        return False
-    return _build()
+    return build_where_avx512("prefill ops", "using aten", _build)
 
 
 def _serves(x: torch.Tensor, weight: torch.Tensor | None = None) -> bool:

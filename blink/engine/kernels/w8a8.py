@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from blink.engine.kernels.build import cpu_has_avx512, load_extension
+from blink.engine.kernels.build import build_where_avx512, load_extension
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +80,7 @@ def w8a8_available() -> bool:
     the first call)."""
     if os.environ.get(ENV_SWITCH, "").lower() == "off":
         return False
-    if not cpu_has_avx512():
-        log.info(
-            "W8A8 kernels need AVX-512 (CPU capability %s); int8-w8a8 runs as int8",
-            torch.backends.cpu.get_cpu_capability(),
-        )
-        return False
-    return _build()
+    return build_where_avx512("W8A8 kernels", "int8-w8a8 runs as int8", _build)
 
 
 def w8a8_linear(
