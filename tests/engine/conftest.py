@@ -48,3 +48,21 @@ def gemv_row_counts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(torch.ops.blink, "int8_gemv", counting)
     return calls
+
+
+@pytest.fixture
+def w8a8_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The row count of every W8A8 linear call made during the test (each call still runs)."""
+    import torch
+
+    from blink.engine.layers import linear_int8
+
+    rows: list[int] = []
+    real = linear_int8.w8a8_linear
+
+    def counting(x: torch.Tensor, *args: object) -> torch.Tensor:
+        rows.append(x.shape[0])
+        return real(x, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(linear_int8, "w8a8_linear", counting)
+    return rows

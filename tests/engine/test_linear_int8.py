@@ -197,22 +197,14 @@ _W8A8_MAX_LOSS_VS_INT8 = 0.005
 
 @pytest.mark.parametrize(("dtype", "bar"), [("float32", _TRAINED_MIN_AGREEMENT), ("bfloat16", _TRAINED_MIN_AGREEMENT)])
 def test_w8a8_prefill_top1_agreement_on_a_trained_model(
-    trained_tiny_llama: Path, tiny_tokenizer_dir: Path, dtype: str, bar: float, monkeypatch: pytest.MonkeyPatch
+    trained_tiny_llama: Path, tiny_tokenizer_dir: Path, dtype: str, bar: float, w8a8_rows: list[int]
 ) -> None:
     from blink.engine.kernels.w8a8 import w8a8_available
-    from blink.engine.layers import linear_int8
     from tests.engine.trained_tiny import corpus_ids, heldout_windows
 
     if not w8a8_available():
         pytest.skip("needs the W8A8 kernels (AVX-512 + a compiler)")
-    rows: list[int] = []
-    real = linear_int8.w8a8_linear
-
-    def counting(x: torch.Tensor, *args: object) -> torch.Tensor:
-        rows.append(x.shape[0])
-        return real(x, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(linear_int8, "w8a8_linear", counting)
+    rows = w8a8_rows
     base = EngineConfig(model=str(trained_tiny_llama), dtype=dtype, threads=1, max_model_len=512)
     prompts = heldout_windows(corpus_ids(tiny_tokenizer_dir), _POSITIONS // 100, 100)
 
