@@ -117,7 +117,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="smollm2-135m")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--quantization", default="none", choices=["none", "int8"])
+    ap.add_argument("--quantization", default="none", choices=["none", "int8", "int8-w8a8"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--k", type=int, default=5)
