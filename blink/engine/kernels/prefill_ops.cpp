@@ -24,6 +24,7 @@ namespace {
 
 using bf16 = c10::BFloat16;
 namespace norm = blink::norm;
+namespace simd = blink::simd;
 
 // Elements per task: an OpenMP fork/join costs ~2-5 us here, a row of 576 ~0.2 us, so rows are
 // handed out in chunks of at least this many elements (~10-20 us of work).
@@ -108,9 +109,9 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
       const bf16* g = gp + r * gs;
       bf16* out = yp + r * inter;
       for (int64_t i = 0; i < inter; i += 16) {
-        const __mmask16 m = norm::lanes(i, inter);
-        const __m512 act = norm::round_bf16(silu16(norm::load_bf16(g + i, m)));
-        norm::store_bf16(out + i, _mm512_mul_ps(act, norm::load_bf16(g + inter + i, m)), m);
+        const __mmask16 m = simd::lanes(i, inter);
+        const __m512 act = simd::round_bf16(silu16(simd::load_bf16(g + i, m)));
+        simd::store_bf16(out + i, _mm512_mul_ps(act, simd::load_bf16(g + inter + i, m)), m);
       }
     }
   });

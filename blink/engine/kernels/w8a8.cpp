@@ -10,12 +10,14 @@
 //     max(absmax, tiny))) saturated to [-127, 127]; |q * scale - x| <= scale / 2 up to fp32 rounding.
 //   dequant_rows: y = out_dtype((float(acc) * w_scale[n]) * x_scale[m] + float(bias[n])), each
 //     operation rounded in fp32 in that order (built with -ffp-contract=off, so no FMA contraction),
-//     bf16 output rounded to nearest even like torch's cast.
+//     bf16 output rounded to nearest even like torch's vectorised cast (bf16_simd.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <immintrin.h>
 #include <torch/library.h>
+
+#include "bf16_simd.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -36,28 +38,23 @@ int64_t grain_rows(int64_t row_elements) {
 }
 
 // 16 floats from 16 elements of T (bf16 widened exactly; fp32 as is), masked past the end.
-inline __m512 load16(const c10::BFloat16* p, __mmask16 mask) {
-  const __m256i raw = _mm256_maskz_loadu_epi16(mask, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
+inline __m512 load16(const c10::BFloat16* p, __mmask16 mask) { return blink::simd::load_bf16(p, mask); }
 inline __m512 load16(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
 
-inline __mmask16 tail_mask(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
+using blink::simd::lanes;
 
 template <typename T>
 void quantize_row(const T* x, int64_t K, int8_t* q, float* scale) {
   __m512 vmax = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; k += 16) {
-    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(load16(x + k, tail_mask(K - k))));
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(load16(x + k, lanes(k, K))));
   }
   const float absmax = std::max(_mm512_reduce_max_ps(vmax), kTinyAbsmax);
   *scale = absmax / kInt8Max;
   const __m512 inv = _mm512_set1_ps(kInt8Max / absmax);
   const __m512 lo = _mm512_set1_ps(-kInt8Max), hi = _mm512_set1_ps(kInt8Max);
   for (int64_t k = 0; k < K; k += 16) {
-    const __mmask16 mask = tail_mask(K - k);
+    const __mmask16 mask = lanes(k, K);
     // x * inv can round a hair past +-127 (absmax * (127 / absmax)); clamp before converting.
     const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(load16(x + k, mask), inv), lo), hi);
     const __m512i i = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -88,29 +85,19 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
   return {q, scales};
 }
 
-// fp32 -> bf16, round to nearest even (torch's cast; NaN stays NaN).
-inline __m256i to_bf16(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  const __m512i out = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(bits, _mm512_set1_epi32(0x400000)));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(out, 16));
-}
-
 template <typename B>
 void dequant_row(const int32_t* acc, int64_t N, float x_scale, const float* w_scales, const B* bias, void* y,
                  bool float_output) {
   const __m512 xs = _mm512_set1_ps(x_scale);
   for (int64_t n = 0; n < N; n += 16) {
-    const __mmask16 mask = tail_mask(N - n);
+    const __mmask16 mask = lanes(n, N);
     __m512 v = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mask, acc + n));
     v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, w_scales + n)), xs);
     if (bias != nullptr) v = _mm512_add_ps(v, load16(bias + n, mask));
     if (float_output) {
       _mm512_mask_storeu_ps(static_cast<float*>(y) + n, mask, v);
     } else {
-      _mm256_mask_storeu_epi16(static_cast<c10::BFloat16*>(y) + n, mask, to_bf16(v));
+      blink::simd::store_bf16(static_cast<c10::BFloat16*>(y) + n, v, mask);
     }
   }
 }
