@@ -39,9 +39,23 @@ CREATE TABLE IF NOT EXISTS api_keys (
     requests_per_minute INTEGER NOT NULL,
     tokens_per_minute INTEGER NOT NULL,
     created_at REAL NOT NULL,
-    revoked_at REAL
+    revoked_at REAL,
+    scopes TEXT NOT NULL DEFAULT '',
+    max_sequences INTEGER NOT NULL DEFAULT 0
 )
 """
+# Columns added after the first release: a key file written by an older Blink gains them on open.
+_ADDED_COLUMNS = (("scopes", "TEXT NOT NULL DEFAULT ''"), ("max_sequences", "INTEGER NOT NULL DEFAULT 0"))
+_COLUMNS = ("key_id, tenant, models, requests_per_minute, tokens_per_minute, created_at, revoked_at, scopes, "
+            "max_sequences")
+
+# What a key may do beyond generating with its models. A scope is granted explicitly
+# (``blink keys create --scope dashboard``); a key without scopes generates and manages its own
+# files and batches, nothing more.
+SCOPE_ADMIN = "admin"  # every tenant's files and batches, the dashboard, every priority
+SCOPE_DASHBOARD = "dashboard"  # the live dashboard and its event stream
+SCOPE_PRIORITY_PREFIX = "priority:"  # e.g. ``priority:voice`` lets the key ask for that lane
+KNOWN_SCOPES = (SCOPE_ADMIN, SCOPE_DASHBOARD)
 
 
 @dataclass(slots=True)
@@ -55,9 +69,29 @@ class ApiKey:
     tokens_per_minute: int = 0
     created_at: float = 0.0
     revoked_at: float | None = None
+    scopes: list[str] = field(default_factory=list)
+    # Sequences (``n`` counts n) this key may have generating at once; 0 = the server default.
+    max_sequences: int = 0
 
     def allows(self, model: str) -> bool:
         return not self.models or model in self.models
+
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes or SCOPE_ADMIN in self.scopes
+
+    def may_use_priority(self, priority: str) -> bool:
+        return self.has_scope(SCOPE_PRIORITY_PREFIX + priority)
+
+
+def validate_scopes(scopes: list[str]) -> list[str]:
+    """The scopes as stored; a ``ValueError`` names one that is not a scope (a typo grants nothing)."""
+    for scope in scopes:
+        if scope not in KNOWN_SCOPES and not (scope.startswith(SCOPE_PRIORITY_PREFIX)
+                                              and len(scope) > len(SCOPE_PRIORITY_PREFIX)):
+            raise ValueError(f"unknown scope {scope!r}: use {', '.join(KNOWN_SCOPES)} or priority:<lane>")
+        if "," in scope:
+            raise ValueError(f"a scope cannot contain a comma: {scope!r}")
+    return list(scopes)
 
 
 def hash_key(secret: str) -> str:
@@ -71,6 +105,11 @@ class KeyStore(Protocol):
         """The live key for ``secret``, None if unknown or revoked; a ``BlinkError`` if it cannot tell."""
         ...
 
+    async def aby_id(self, key_id: str) -> ApiKey | None:
+        """The live key with this id, None if unknown or revoked (work queued under a key, such as
+        batch lines, runs with the key's permissions as they are when it runs)."""
+        ...
+
 
 class ApiKeyStore:
     """Keys in a SQLite file (WAL, so the CLI can add or revoke keys while servers read)."""
@@ -81,6 +120,10 @@ class ApiKeyStore:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(api_keys)")}
+        for name, decl in _ADDED_COLUMNS:
+            if name not in present:
+                self._db.execute(f"ALTER TABLE api_keys ADD COLUMN {name} {decl}")
         self._lock = threading.Lock()
         # Live keys already looked up, by the secret's hash (a plain secret is never kept).
         # Valid while the file's ``data_version`` stands: SQLite changes it whenever another
@@ -91,18 +134,14 @@ class ApiKeyStore:
         self._version = -1
 
     def create(
-        self, tenant: str, models: list[str] | None = None, requests_per_minute: int = 0, tokens_per_minute: int = 0
+        self, tenant: str, models: list[str] | None = None, requests_per_minute: int = 0, tokens_per_minute: int = 0,
+        scopes: list[str] | None = None, max_sequences: int = 0,
     ) -> tuple[ApiKey, str]:
         """A new key; the secret is returned once and never stored."""
-        key_id = secrets.token_hex(4)
-        secret = f"bk-{key_id}-{secrets.token_urlsafe(_SECRET_BYTES)}"
-        key = ApiKey(key_id, tenant, list(models or []), requests_per_minute, tokens_per_minute, time.time())
+        key, secret = new_key(tenant, models, requests_per_minute, tokens_per_minute, scopes, max_sequences)
         with self._lock:
-            self._db.execute(
-                "INSERT INTO api_keys VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
-                (key_id, hash_key(secret), tenant, ",".join(key.models), requests_per_minute, tokens_per_minute,
-                 key.created_at),
-            )
+            self._db.execute(f"INSERT INTO api_keys (key_hash, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (hash_key(secret), *key_row(key)))
         return key, secret
 
     def lookup(self, secret: str) -> ApiKey | None:
@@ -116,11 +155,7 @@ class ApiKeyStore:
             key = self._live.get(digest)
             if key is not None:
                 return key
-            row = self._db.execute(
-                "SELECT key_id, tenant, models, requests_per_minute, tokens_per_minute, created_at, revoked_at "
-                "FROM api_keys WHERE key_hash = ?",
-                (digest,),
-            ).fetchone()
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE key_hash = ?", (digest,)).fetchone()
             if row is None or row[6] is not None:
                 return None
             key = _from_row(row)
@@ -132,12 +167,17 @@ class ApiKeyStore:
     async def alookup(self, secret: str) -> ApiKey | None:
         return self.lookup(secret)  # a local indexed read: microseconds, fine on the event loop
 
+    def by_id(self, key_id: str) -> ApiKey | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
+        return None if row is None or row[6] is not None else _from_row(row)
+
+    async def aby_id(self, key_id: str) -> ApiKey | None:
+        return self.by_id(key_id)
+
     def list(self) -> list[ApiKey]:
         with self._lock:
-            rows = self._db.execute(
-                "SELECT key_id, tenant, models, requests_per_minute, tokens_per_minute, created_at, revoked_at "
-                "FROM api_keys ORDER BY created_at"
-            ).fetchall()
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM api_keys ORDER BY created_at").fetchall()
         return [_from_row(r) for r in rows]
 
     def revoke(self, key_id: str) -> bool:
@@ -152,11 +192,32 @@ class ApiKeyStore:
         self._db.close()
 
 
+def new_key(
+    tenant: str, models: list[str] | None, requests_per_minute: int, tokens_per_minute: int,
+    scopes: list[str] | None, max_sequences: int,
+) -> tuple[ApiKey, str]:
+    """A fresh key record and its secret (shared by the SQLite and PostgreSQL stores)."""
+    if max_sequences < 0:
+        raise ValueError("max_sequences must be >= 0 (0 = the server default)")
+    key_id = secrets.token_hex(4)
+    secret = f"bk-{key_id}-{secrets.token_urlsafe(_SECRET_BYTES)}"
+    key = ApiKey(key_id, tenant, list(models or []), requests_per_minute, tokens_per_minute, time.time(),
+                 scopes=validate_scopes(list(scopes or [])), max_sequences=max_sequences)
+    return key, secret
+
+
+def key_row(key: ApiKey) -> tuple[object, ...]:
+    """``key``'s values in ``_COLUMNS`` order."""
+    return (key.key_id, key.tenant, ",".join(key.models), key.requests_per_minute, key.tokens_per_minute,
+            key.created_at, key.revoked_at, ",".join(key.scopes), key.max_sequences)
+
+
 def _from_row(row: tuple[object, ...]) -> ApiKey:
-    key_id, tenant, models, rpm, tpm, created, revoked = row
+    key_id, tenant, models, rpm, tpm, created, revoked, scopes, max_sequences = row
     return ApiKey(
         str(key_id), str(tenant), [m for m in str(models).split(",") if m], int(rpm), int(tpm),  # type: ignore[call-overload]
         float(created), None if revoked is None else float(revoked),  # type: ignore[arg-type]
+        [s for s in str(scopes or "").split(",") if s], int(max_sequences or 0),  # type: ignore[call-overload]
     )
 
 

@@ -9,11 +9,10 @@ does not lock out clients already seen. A revocation therefore reaches every rep
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from typing import Any
 
-from blink.gateway.auth import _SECRET_BYTES, ApiKey, hash_key
+from blink.gateway.auth import _COLUMNS, ApiKey, _from_row, hash_key, key_row, new_key
 from blink.protocol.errors import BackendUnavailableError
 
 _SCHEMA = """
@@ -26,14 +25,10 @@ CREATE TABLE IF NOT EXISTS blink_api_keys (
     tokens_per_minute integer NOT NULL,
     created_at double precision NOT NULL,
     revoked_at double precision
-)
+);
+ALTER TABLE blink_api_keys ADD COLUMN IF NOT EXISTS scopes text NOT NULL DEFAULT '';
+ALTER TABLE blink_api_keys ADD COLUMN IF NOT EXISTS max_sequences integer NOT NULL DEFAULT 0;
 """
-_COLUMNS = "key_id, tenant, models, requests_per_minute, tokens_per_minute, created_at, revoked_at"
-
-
-def _from_row(row: tuple[Any, ...]) -> ApiKey:
-    key_id, tenant, models, rpm, tpm, created, revoked = row
-    return ApiKey(key_id, tenant, [m for m in models.split(",") if m], rpm, tpm, created, revoked)
 
 
 class PostgresKeyStore:
@@ -59,17 +54,13 @@ class PostgresKeyStore:
         return conn
 
     def create(
-        self, tenant: str, models: list[str] | None = None, requests_per_minute: int = 0, tokens_per_minute: int = 0
+        self, tenant: str, models: list[str] | None = None, requests_per_minute: int = 0, tokens_per_minute: int = 0,
+        scopes: list[str] | None = None, max_sequences: int = 0,
     ) -> tuple[ApiKey, str]:
-        key_id = secrets.token_hex(4)
-        secret = f"bk-{key_id}-{secrets.token_urlsafe(_SECRET_BYTES)}"
-        key = ApiKey(key_id, tenant, list(models or []), requests_per_minute, tokens_per_minute, time.time())
+        key, secret = new_key(tenant, models, requests_per_minute, tokens_per_minute, scopes, max_sequences)
         with self._sync() as conn:
-            conn.execute(
-                "INSERT INTO blink_api_keys VALUES (%s, %s, %s, %s, %s, %s, %s, NULL)",
-                (key_id, hash_key(secret), tenant, ",".join(key.models), requests_per_minute, tokens_per_minute,
-                 key.created_at),
-            )
+            conn.execute(f"INSERT INTO blink_api_keys (key_hash, {_COLUMNS}) "
+                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", (hash_key(secret), *key_row(key)))
         return key, secret
 
     def lookup(self, secret: str) -> ApiKey | None:
@@ -114,11 +105,20 @@ class PostgresKeyStore:
         self._seen[digest] = (now, key)
         return key
 
-    async def _fetch(self, digest: str) -> ApiKey | None:
+    async def aby_id(self, key_id: str) -> ApiKey | None:
+        try:
+            return await asyncio.wait_for(self._fetch(key_id, column="key_id"), self.timeout_s)
+        except Exception as exc:
+            raise BackendUnavailableError(
+                "API keys cannot be checked right now (their database is unavailable); retry shortly.",
+                code="key_store_unavailable", headers={"retry-after": "1"},
+            ) from exc
+
+    async def _fetch(self, value: str, column: str = "key_hash") -> ApiKey | None:
         if self._pool is None:
             await self._open()
         async with self._pool.connection() as conn:
-            cur = await conn.execute(f"SELECT {_COLUMNS} FROM blink_api_keys WHERE key_hash = %s", (digest,))
+            cur = await conn.execute(f"SELECT {_COLUMNS} FROM blink_api_keys WHERE {column} = %s", (value,))
             row = await cur.fetchone()
         return None if row is None or row[6] is not None else _from_row(row)
 

@@ -38,28 +38,38 @@ def create(
     model: Annotated[list[str] | None, typer.Option("--model", help="Allowed model (repeat); default: all.")] = None,
     rpm: Annotated[int, typer.Option(help="Requests per minute (0 = server default).")] = 0,
     tpm: Annotated[int, typer.Option(help="Tokens per minute (0 = server default).")] = 0,
+    scope: Annotated[list[str] | None, typer.Option(
+        "--scope", help="Extra permission (repeat): admin, dashboard, priority:<lane> (e.g. priority:voice).")] = None,
+    max_sequences: Annotated[int, typer.Option(
+        help="Sequences generating at once for this key; n=4 counts 4 (0 = server default).")] = 0,
     config: ConfigOpt = None,
     db: DbOpt = None,
 ) -> None:
     """Create a key and print it (the only time the secret is shown)."""
     store = _store(config, db)
-    key, secret = store.create(tenant, model or [], rpm, tpm)
-    store.close()
+    try:
+        key, secret = store.create(tenant, model or [], rpm, tpm, scope or [], max_sequences)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    finally:
+        store.close()
     typer.echo(secret)
-    typer.echo(f"id {key.key_id}  tenant {key.tenant}  models {','.join(key.models) or '*'}", err=True)
+    typer.echo(f"id {key.key_id}  tenant {key.tenant}  models {','.join(key.models) or '*'}  "
+               f"scopes {','.join(key.scopes) or '-'}", err=True)
 
 
 @keys_app.command("list")
 def list_keys(config: ConfigOpt = None, db: DbOpt = None) -> None:
     """List keys (ids, never secrets)."""
     store = _store(config, db)
-    typer.echo("id        tenant          models               rpm     tpm      created              status")
+    typer.echo("id        tenant          models               rpm     tpm      created              status   scopes")
     for k in store.list():
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(k.created_at))
         status = "revoked" if k.revoked_at else "active"
         typer.echo(
             f"{k.key_id:<9} {k.tenant:<15} {','.join(k.models) or '*':<20} {k.requests_per_minute:<7} "
-            f"{k.tokens_per_minute:<8} {created}  {status}"
+            f"{k.tokens_per_minute:<8} {created}  {status:<8} {','.join(k.scopes) or '-'}"
         )
     store.close()
 

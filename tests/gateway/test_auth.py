@@ -107,3 +107,54 @@ def test_remembered_keys_follow_writes_from_any_connection(tmp_path: Path) -> No
     assert (found := server.lookup(other_secret)) is not None and found.key_id == other.key_id
     assert server.revoke(other.key_id)
     assert server.lookup(other_secret) is None
+
+
+def test_scopes_and_sequence_quota_round_trip(tmp_path: Path) -> None:
+    store = ApiKeyStore(tmp_path / "k.db")
+    key, secret = store.create("acme", scopes=["dashboard", "priority:voice"], max_sequences=8)
+    found = store.lookup(secret)
+    assert found is not None and found.scopes == ["dashboard", "priority:voice"] and found.max_sequences == 8
+    assert found.has_scope("dashboard") and not found.has_scope("admin")
+    assert found.may_use_priority("voice") and not found.may_use_priority("interactive")
+    admin, _ = store.create("ops", scopes=["admin"])
+    assert admin.has_scope("dashboard") and admin.may_use_priority("voice")  # admin implies every scope
+    plain, _ = store.create("acme")
+    assert plain.scopes == [] and not plain.has_scope("dashboard")
+
+
+def test_unknown_scope_is_refused(tmp_path: Path) -> None:
+    store = ApiKeyStore(tmp_path / "k.db")
+    for bad in (["root"], ["priority:"], ["a,b"]):
+        with pytest.raises(ValueError):
+            store.create("acme", scopes=bad)
+    with pytest.raises(ValueError):
+        store.create("acme", max_sequences=-1)
+    assert store.list() == []
+
+
+def test_keys_are_found_by_id_while_live(tmp_path: Path) -> None:
+    """Queued work (batch lines) runs under the key's current record: a revoked key is gone."""
+    store = ApiKeyStore(tmp_path / "k.db")
+    key, _ = store.create("acme", models=["m"])
+    found = store.by_id(key.key_id)
+    assert found is not None and found.tenant == "acme" and found.models == ["m"]
+    assert store.by_id("nope") is None
+    store.revoke(key.key_id)
+    assert store.by_id(key.key_id) is None
+
+
+def test_a_key_file_from_before_scopes_gains_the_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE api_keys (key_id TEXT PRIMARY KEY, key_hash TEXT NOT NULL UNIQUE, tenant TEXT NOT NULL, "
+               "models TEXT NOT NULL, requests_per_minute INTEGER NOT NULL, tokens_per_minute INTEGER NOT NULL, "
+               "created_at REAL NOT NULL, revoked_at REAL)")
+    from blink.gateway.auth import hash_key
+
+    db.execute("INSERT INTO api_keys VALUES ('abcd', ?, 'old', '', 0, 0, 1.0, NULL)", (hash_key("bk-abcd-s"),))
+    db.commit()
+    db.close()
+    found = ApiKeyStore(path).lookup("bk-abcd-s")
+    assert found is not None and found.tenant == "old" and found.scopes == [] and found.max_sequences == 0
