@@ -116,7 +116,7 @@ def test_gauges_return_to_zero_after_a_client_aborts(served: tuple[str, Embedded
     assert _gauge(url, "vllm:kv_cache_usage_perc") == 0
 
 
-def test_restarts_that_keep_failing_fail_health_and_requests_fast(tiny_qwen2: Path, tmp_path: Path) -> None:
+def test_restarts_that_keep_failing_fail_health_and_requests_fast_until_one_succeeds(tiny_qwen2: Path, tmp_path: Path) -> None:
     model = tmp_path / "model"
     shutil.copytree(tiny_qwen2, model)
     settings = _settings(model, SupervisionSettings(restart_wait_s=_BACK_WITHIN_S, restart_backoff_s=0.05,
@@ -148,3 +148,11 @@ def test_restarts_that_keep_failing_fail_health_and_requests_fast(tiny_qwen2: Pa
         assert stream.status_code == 503
         assert stream.json()["error"]["code"] == "engine_unavailable"
         assert backend.supervisor.failures >= 2
+        # Restarts go on at the capped backoff: once the model is back, so is the service.
+        shutil.copytree(tiny_qwen2, model)
+        deadline = time.monotonic() + _BACK_WITHIN_S
+        while time.monotonic() < deadline and httpx.get(f"{server.url}/ready").status_code != 200:
+            time.sleep(0.1)
+        assert httpx.get(f"{server.url}/health").status_code == 200
+        res = _client(server.url).completions.create(model=MODEL, prompt="x", max_tokens=2)
+        assert res.usage is not None and res.usage.completion_tokens == 2
