@@ -33,6 +33,7 @@ from pydantic_settings import (
 from blink.routing_config import RouteSettings, check_routes
 from blink.safety_config import ModelServerSettings, SafetySettings
 from blink.scaleout_config import DiscoverySettings, VllmSettings
+from blink.supervision_config import SupervisionSettings
 from blink.throughput_config import BatchSettings, CostSettings
 from blink.voice_config import VoiceSettings
 
@@ -132,6 +133,8 @@ class ModelSettings(BaseModel):
     speculative: Literal["none", "ngram", "draft"] = "none"
     num_speculative_tokens: int = Field(5, ge=1, le=16)
     speculative_draft_model: str | None = None
+    # embedded: restart the engine core when it dies (blink/supervision_config.py).
+    supervision: SupervisionSettings = SupervisionSettings()
     # openai_http: upstream base URL (".../v1"), API key from an env var, model id upstream.
     base_url: str | None = None
     api_key_env: str | None = None

@@ -97,6 +97,8 @@ class Delta:
 
 @dataclass(slots=True)
 class Health:
+    """``ok``: may requests go to this backend now (``/ready``)."""
+
     ok: bool
     detail: str = ""
 
@@ -157,3 +159,15 @@ class Backend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Supervised(Protocol):
+    """A backend that restarts what it runs (the embedded engine core) and knows when to give up.
+
+    ``live()`` answers ``/health`` without I/O: False once restarts keep failing, so a liveness
+    probe replaces the process. Backends without it count as live: an unreachable upstream is a
+    readiness matter, never a reason to restart the gateway.
+    """
+
+    def live(self) -> bool: ...

@@ -24,6 +24,7 @@ from blink.backends.base import (
     TokenLogprob,
     Usage,
 )
+from blink.backends.engine_supervisor import EngineSupervisor
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig
 from blink.engine.errors import (
@@ -41,6 +42,7 @@ from blink.protocol.errors import (
     ContextLengthExceededError,
     InvalidRequestError,
 )
+from blink.supervision_config import SupervisionSettings
 
 log = logging.getLogger("blink.backends.embedded")
 
@@ -57,9 +59,11 @@ class EmbeddedBackend:
         config: EngineConfig,
         *,
         fallback_model: Callable[[], Path] | None = None,
+        supervision: SupervisionSettings | None = None,
     ) -> None:
         self.name = name
         self.engine = AsyncEngine(config)
+        self.supervisor = EngineSupervisor(self.engine, supervision or SupervisionSettings(), name)
         self._fallback_model = fallback_model
         self._ttft_ewma: float | None = None
         self._itl_ewma: float | None = None
@@ -83,8 +87,10 @@ class EmbeddedBackend:
             self.engine.config.model = str(path)
             self.is_demo_model = True
             await self.engine.start()
+        self.supervisor.start()
 
     async def aclose(self) -> None:
+        await self.supervisor.stop()
         await self.engine.shutdown()
 
     def models(self) -> list[ModelCard]:
@@ -93,9 +99,14 @@ class EmbeddedBackend:
                           max_model_len=limits.max_model_len if limits else None)]
 
     async def health(self) -> Health:
-        if self.engine.is_alive():
-            return Health(ok=True, detail="demo model" if self.is_demo_model else "")
-        return Health(ok=False, detail="engine not running")
+        detail = self.supervisor.detail()
+        if self.supervisor.ready():
+            return Health(ok=True, detail=detail or ("demo model" if self.is_demo_model else ""))
+        return Health(ok=False, detail=detail or "engine not running")
+
+    def live(self) -> bool:
+        """``/health``: False once engine restarts keep failing (see ``EngineSupervisor``)."""
+        return self.supervisor.live()
 
     def load(self) -> Load:
         st = self.engine.stats
@@ -159,6 +170,7 @@ class EmbeddedBackend:
         )
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        await self.supervisor.wait_running()  # mid-restart: wait (bounded) rather than fail
         prompt = self._prompt_ids(req)
         n = max(1, req.options.n)
         params = [self._params(req.options, len(prompt), i, req.priority) for i in range(n)]
@@ -170,7 +182,7 @@ class EmbeddedBackend:
         except InvalidParameterError as exc:
             raise InvalidRequestError(str(exc), param=exc.param) from exc
         except EngineDeadError as exc:
-            raise BackendUnavailableError(str(exc)) from exc
+            raise self.supervisor.unavailable(str(exc)) from exc
         start = time.monotonic()
         usage = Usage(prompt_tokens=len(prompt))
         if n == 1:
@@ -204,7 +216,7 @@ class EmbeddedBackend:
         except BlinkError:
             raise
         except EngineDeadError as exc:
-            raise BackendUnavailableError(f"the engine stopped: {exc}") from exc
+            raise self.supervisor.unavailable(f"the engine stopped: {exc}") from exc
         except EngineError as exc:
             raise BackendUnavailableError(str(exc)) from exc
         finally:
@@ -307,4 +319,5 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
 
 def create_embedded_backend(ms: Any, *, fallback_model: Callable[[], Path] | None = None) -> EmbeddedBackend:
     """Factory used by ``blink.serve``; ``fallback_model`` builds the offline demo model."""
-    return EmbeddedBackend(ms.name, engine_config_from_settings(ms), fallback_model=fallback_model)
+    return EmbeddedBackend(ms.name, engine_config_from_settings(ms), fallback_model=fallback_model,
+                           supervision=getattr(ms, "supervision", None))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from blink.backends.base import Backend, Health, ModelCard
+from blink.backends.base import Backend, Health, ModelCard, Supervised
 from blink.protocol.errors import InvalidRequestError, ModelNotFoundError
 
 
@@ -57,6 +57,10 @@ class BackendRegistry:
 
     async def aclose_all(self) -> None:
         await asyncio.gather(*(b.aclose() for b in self.backends()), return_exceptions=True)
+
+    def not_live(self) -> list[str]:
+        """Backends whose supervisor gave up restarting what they run: ``/health`` fails on any."""
+        return [b.name for b in self.backends() if isinstance(b, Supervised) and not b.live()]
 
     async def health_all(self) -> dict[str, Health]:
         backends = self.backends()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import os
 import tempfile
@@ -31,8 +32,15 @@ from blink.engine.request_checks import EngineLimits, check_request
 from blink.engine.sampling_params import SamplingParams
 from blink.engine.tokenizer import Tokenizer
 
+log = logging.getLogger("blink.engine")
+
 # Loading a small model takes seconds; a big one on a slow disk can take minutes.
 _READY_TIMEOUT_S = 600.0
+# Shutdown stays within 5 s whatever the core is doing (stepping, hung, stopped, gone): it asks,
+# then terminates, then kills, each wait bounded. A clean exit takes well under the first wait;
+# the last is the longest because a SIGKILL waits for a process in uninterruptible I/O (loading
+# weights on a busy disk) to leave it.
+_SHUTDOWN_JOIN_S = (2.0, 1.0, 2.0)
 
 
 class AsyncEngine:
@@ -51,6 +59,8 @@ class AsyncEngine:
         self._pull: zmq.asyncio.Socket | None = None
         self._reader: asyncio.Task[None] | None = None
         self._dead: BaseException | None = None
+        # Set when the core dies; a supervisor awaits it (``wait_dead``) to restart the core.
+        self._died = asyncio.Event()
         self._ipc_dir: tempfile.TemporaryDirectory[str] | None = None
         self._enc = msgspec.msgpack.Encoder()
 
@@ -80,13 +90,49 @@ class AsyncEngine:
         cfg["model"] = str(self.model_path)
         self._proc = mp.Process(
             target=cp.run_engine_core,
-            args=(cfg, str(self.model_path), in_addr, out_addr),
+            args=(cfg, str(self.model_path), in_addr, out_addr, os.getpid()),
             name=f"blink-engine-{uuid.uuid4().hex[:6]}",
             daemon=True,
         )
         self._proc.start()
         await self._wait_ready()
         self._reader = asyncio.create_task(self._read_outputs(), name="blink-engine-reader")
+        # The process's sentinel becomes readable the moment it exits: in-flight requests fail
+        # and the supervisor hears of it at once, not at the reader's next poll timeout.
+        loop.add_reader(self._proc.sentinel, self._on_core_exit, self._proc)
+
+    async def restart(self) -> None:
+        """Replace a dead (or hung) core with a fresh one: the supervisor's one call.
+
+        The tokenizer and limits stay as they were until the new core is ready, so requests
+        waiting for the restart can still be tokenised and checked.
+        """
+        await self.shutdown()
+        self._proc = None
+        self._dead = None
+        self._died = asyncio.Event()
+        await self.start()
+
+    async def wait_dead(self) -> None:
+        """Return once the current core has died (at once if it already has)."""
+        await self._died.wait()
+
+    def _on_core_exit(self, proc: multiprocessing.process.BaseProcess) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.get_running_loop().remove_reader(proc.sentinel)
+        if proc is self._proc:
+            code = proc.exitcode  # None when the exit is not yet reapable; the signal tells more
+            self._mark_dead(EngineDeadError("engine process died" + (f" (exit code {code})" if code is not None else "")))
+
+    def _mark_dead(self, exc: BaseException) -> None:
+        """Fail every in-flight request, zero the gauges and tell the supervisor; idempotent."""
+        if self._dead is None:
+            self._dead = exc
+            log.error("engine core died: %s", exc)
+        # A dead core runs nothing and holds no KV blocks: gauges must not keep its last values.
+        self.stats = EngineStats(num_blocks=self.stats.num_blocks)
+        self._fail_all(exc)
+        self._died.set()
 
     async def _wait_ready(self) -> None:
         if self._pull is None or self._proc is None:
@@ -113,21 +159,26 @@ class AsyncEngine:
                 raise EngineError("engine did not become ready in time")
 
     async def shutdown(self) -> None:
+        """Stop the core and release its sockets; bounded (about 5 s) whatever state it is in.
+
+        Every send here is non-blocking: a PUSH socket whose peer is gone blocks a normal send
+        forever, which is how SIGTERM used to hang after an engine failure.
+        """
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader
             self._reader = None
         proc = self._proc
-        if proc is not None and proc.is_alive() and self._push is not None:
+        if proc is not None:
             with contextlib.suppress(Exception):
-                await self._push.send_multipart([cp.SHUTDOWN, b""])
-            await asyncio.get_running_loop().run_in_executor(None, proc.join, 5.0)
+                asyncio.get_running_loop().remove_reader(proc.sentinel)
             if proc.is_alive():
-                proc.terminate()
-                await asyncio.get_running_loop().run_in_executor(None, proc.join, 5.0)
-            if proc.is_alive():
-                proc.kill()
+                asked = False
+                with contextlib.suppress(zmq.ZMQError, EngineDeadError):
+                    self._send(cp.SHUTDOWN, b"")
+                    asked = True
+                await _stop_process(proc, asked)
         for sock in (self._push, self._pull):
             if sock is not None:
                 sock.close(linger=0)
@@ -138,6 +189,7 @@ class AsyncEngine:
             self._ipc_dir.cleanup()
             self._ipc_dir = None
         self._fail_all(EngineDeadError("engine shut down"))
+        self.stats = EngineStats(num_blocks=self.stats.num_blocks)
 
     @property
     def pid(self) -> int | None:
@@ -230,7 +282,7 @@ class AsyncEngine:
                         raise EngineDeadError(f"engine process died (exit code {self._proc.exitcode})")
                     continue
                 kind, payload = await self._pull.recv_multipart()
-                if kind == cp.OUTPUTS:
+                if kind == cp.OUTPUTS and self._dead is None:
                     batch = dec.decode(payload)
                     self.stats = batch.stats
                     for out in batch.outputs:
@@ -238,17 +290,38 @@ class AsyncEngine:
                         if q is not None:
                             q.put_nowait(out)
                 elif kind == cp.ERROR:
-                    tb = msgspec.msgpack.decode(payload, type=str)
-                    raise EngineDeadError(f"engine step failed:\n{tb}")
+                    # The traceback names files and code: it goes to the log, never to clients.
+                    log.error("engine step failed:\n%s", msgspec.msgpack.decode(payload, type=str))
+                    raise EngineDeadError("the engine step failed")
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            self._dead = exc
-            self._fail_all(exc)
+            self._mark_dead(exc)
 
     def _fail_all(self, exc: BaseException) -> None:
         for q in self._queues.values():
             q.put_nowait(exc if isinstance(exc, EngineError) else EngineDeadError(str(exc)))
+
+
+async def _stop_process(proc: multiprocessing.process.BaseProcess, asked: bool) -> None:
+    """Wait for a clean exit (if the core could be ``asked``), then SIGTERM, then SIGKILL (which
+    also ends a stopped process).
+
+    Polls instead of ``join`` in an executor: the default executor may be busy (tokenising),
+    and a shutdown must not queue behind it.
+    """
+    for wait_s, stop in zip(_SHUTDOWN_JOIN_S, (None, proc.terminate, proc.kill), strict=True):
+        if stop is None and not asked:
+            continue  # a core that never connected cannot hear a polite request
+        if stop is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stop()
+        deadline = time.monotonic() + wait_s
+        while proc.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if not proc.is_alive():
+            return
+    log.error("engine core %s has not exited yet after SIGKILL", proc.pid)
 
 
 def _params_dict(params: SamplingParams) -> dict[str, object]:

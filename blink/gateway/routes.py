@@ -87,7 +87,8 @@ def build_router(
 
     @router.get("/health")
     async def health() -> Response:
-        return _json({"status": "ok"})
+        dead = registry.not_live()  # no I/O: a liveness probe never waits on an upstream
+        return _json({"status": "dead", "backends": dead}, 503) if dead else _json({"status": "ok"})
 
     @router.get("/ready")
     async def ready() -> Response:

@@ -113,3 +113,46 @@ async def test_engine_core_runs_at_the_configured_niceness(tiny_llama: Path) -> 
         assert len(ids) == GREEDY.max_tokens
     finally:
         await eng.shutdown()
+
+
+async def test_stats_follow_an_abort_without_another_request(engine: AsyncEngine) -> None:
+    gen = engine.generate("abandoned", engine.encode_prompt("while True: pass"),
+                          SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True))
+    async for _ in gen:
+        break
+    assert engine.stats.num_running == 1
+    await gen.aclose()
+    # The core reports its idle state itself: the gauges must not keep the aborted request.
+    deadline = asyncio.get_running_loop().time() + 20
+    while engine.stats.num_running and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+    assert (engine.stats.num_running, engine.stats.num_waiting, engine.stats.kv_usage) == (0, 0, 0.0)
+
+
+async def test_death_is_reported_and_restart_brings_a_new_core(engine: AsyncEngine) -> None:
+    old = engine.pid
+    assert old is not None
+    gen = engine.generate("r", engine.encode_prompt("x"), SamplingParams(max_tokens=400, ignore_eos=True))
+    await gen.__anext__()
+    os.kill(old, signal.SIGKILL)
+    await asyncio.wait_for(engine.wait_dead(), 30)
+    assert not engine.is_alive()
+    assert engine.stats.num_running == 0  # the dead core's gauges are dropped, not kept
+    with pytest.raises(EngineDeadError):
+        async for _ in gen:
+            pass
+    await engine.restart()
+    assert engine.is_alive() and engine.pid not in (None, old)
+    ids, _ = await _collect(engine, "after", engine.encode_prompt("x"), GREEDY)
+    assert len(ids) == GREEDY.max_tokens
+
+
+@pytest.mark.parametrize("fault", [signal.SIGSTOP, signal.SIGKILL], ids=["stopped", "killed"])
+async def test_shutdown_is_bounded_whatever_the_core_state(tiny_llama: Path, fault: signal.Signals) -> None:
+    eng = AsyncEngine(EngineConfig(model=str(tiny_llama), dtype="float32", threads=1, max_model_len=512))
+    await eng.start()
+    pid = eng.pid
+    assert pid is not None
+    os.kill(pid, fault)  # hung (stopped) or gone: neither may make shutdown wait forever
+    await asyncio.wait_for(eng.shutdown(), 15)
+    assert not Path(f"/proc/{pid}").exists()  # killed and reaped
