@@ -17,7 +17,10 @@ methods and parser callbacks, calling uvicorn's own for everything else:
   opened) gets 408 and the connection closes;
 - a connection from an address that already holds ``max_connections_per_client`` gets 429 +
   ``retry-after`` at once and is closed;
-- malformed framing gets uvicorn's 400, but as OpenAI-style JSON (``send_400_response``).
+- malformed framing gets uvicorn's 400, but as OpenAI-style JSON (``send_400_response``);
+- a body the app answered without reading (a 401, a 404) may trickle on for at most
+  ``body_timeout_s`` after the response before the connection closes (uvicorn would read it for
+  as long as it keeps coming: each byte resets its keep-alive timer).
 
 Body limits (size, deadline, the concurrency slot taken only once the body is in) are ASGI
 middleware in ``limits.py``: they need no protocol hooks.
@@ -64,11 +67,13 @@ class HttpLimits:
     max_header_bytes: int
     max_header_count: int
     header_timeout_s: float
+    body_timeout_s: float
     max_connections_per_client: int  # 0 = no cap
 
     @classmethod
     def from_settings(cls, s: ServerSettings) -> HttpLimits:
-        return cls(int(s.max_header_bytes), s.max_header_count, s.header_timeout_s, s.max_connections_per_client)
+        return cls(int(s.max_header_bytes), s.max_header_count, s.header_timeout_s, s.body_timeout_s,
+                   s.max_connections_per_client)
 
 
 @dataclass(slots=True)
@@ -107,6 +112,7 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self._header_count = 0
         self._head_over = False  # set by ``on_header``; the parser error it raises becomes a 431
         self._head_timer: asyncio.TimerHandle | None = None
+        self._unread_timer: asyncio.TimerHandle | None = None  # a body still arriving after its response
         self._address: str | None = None  # counted in ``clients`` while set
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -123,6 +129,7 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        self._cancel_unread_timer()
         if self._address is not None:
             self.clients.release(self._address)
             self._address = None
@@ -168,6 +175,22 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._in_head = True  # what follows is the next request's head
+        self._cancel_unread_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self._in_head and self._unread_timer is None and not self.transport.is_closing():
+            self._unread_timer = self.loop.call_later(self.limits.body_timeout_s, self._unread_timed_out)
+
+    def _unread_timed_out(self) -> None:
+        self._unread_timer = None
+        if not self._in_head:
+            self.transport.close()
+
+    def _cancel_unread_timer(self) -> None:
+        if self._unread_timer is not None:
+            self._unread_timer.cancel()
+            self._unread_timer = None
 
     def handle_websocket_upgrade(self) -> None:
         # The WebSocket protocol takes the transport over and gets ``connection_lost``, not this

@@ -2,7 +2,8 @@
 
 ``BodyLimitMiddleware`` counts the bytes actually received (chunked bodies and lying
 ``content-length`` headers included), so a large body is never buffered whole, and gives the
-body a deadline (408 + close past it). On the generation paths it reads the whole body *before*
+body a deadline (408 + close past it; paths with a larger size limit get a proportionally longer
+one). On the generation paths it reads the whole body *before*
 the app runs and replays it: ``ConcurrencyLimitMiddleware`` sits inside it, so a request takes a
 concurrency slot only once its body is in, and connections trickling a body hold no slot.
 ``ConcurrencyLimitMiddleware`` caps generation requests in flight and fails fast with
@@ -57,7 +58,11 @@ class BodyLimitMiddleware:
                     return
                 break
         loop = asyncio.get_running_loop()
-        deadline = None if self.body_timeout_s is None else loop.time() + self.body_timeout_s
+        timeout_s = None
+        if self.body_timeout_s is not None:
+            # A path with a larger limit (uploads) gets proportionally longer: the same minimum rate.
+            timeout_s = self.body_timeout_s * max(1.0, limit / self.max_body_bytes)
+        deadline = None if timeout_s is None else loop.time() + timeout_s
         received = 0
         body_done = False
 
@@ -70,7 +75,7 @@ class BodyLimitMiddleware:
                     async with asyncio.timeout_at(deadline):
                         message = await receive()
                 except TimeoutError:
-                    raise _too_slow(self.body_timeout_s or 0.0) from None
+                    raise _too_slow(timeout_s or 0.0) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:

@@ -20,13 +20,14 @@ from blink.serve import build_app
 
 HEADER_LIMIT = 8192
 HEAD_TIMEOUT_S = 1.0
+BODY_TIMEOUT_S = 1.0
 PER_CLIENT = 6
 
 
 @pytest.fixture(scope="module")
 def guarded(upstream: FakeUpstream) -> Iterator[LiveServer]:
     settings = gateway_settings(upstream, max_header_bytes=HEADER_LIMIT, max_header_count=20,
-                                header_timeout_s=HEAD_TIMEOUT_S, max_connections_per_client=PER_CLIENT)
+                                header_timeout_s=HEAD_TIMEOUT_S, body_timeout_s=BODY_TIMEOUT_S, max_connections_per_client=PER_CLIENT)
     with LiveServer(build_app(settings), http=guarded_protocol(settings.server)) as server:
         yield server
 
@@ -150,6 +151,23 @@ def test_connections_over_the_per_address_cap_get_429(guarded: LiveServer) -> No
             pass
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_a_body_trickling_after_its_response_is_cut_off(guarded: LiveServer) -> None:
+    """/health answers without reading the body; the rest may not keep the connection forever."""
+    with _connect(guarded) as sock:
+        sock.sendall(b"POST /health HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\nx")
+        started = time.monotonic()
+        try:
+            for _ in range(25):
+                time.sleep(0.2)
+                sock.sendall(b"x")
+        except OSError:
+            pass
+        reply = _read_all(sock)
+        elapsed = time.monotonic() - started
+    assert reply.startswith(b"HTTP/1.1 ")
+    assert elapsed < BODY_TIMEOUT_S + 2.0
 
 
 @pytest.mark.parametrize("request_bytes", [
