@@ -79,8 +79,9 @@ class ServerSettings(BaseModel):
     max_header_bytes: ByteSize = 65_536
     # Header lines per request before 431 (Apache's LimitRequestFields default is 100).
     max_header_count: int = Field(100, ge=1)
-    # A request head must arrive whole within this many seconds of its first byte (or of the
-    # connection opening): 408 and close otherwise, so slow-header connections cannot pile up.
+    # A request head must arrive whole within this many seconds of its first byte: 408 and close
+    # otherwise, so slow-header connections cannot pile up (a new connection that sends nothing
+    # for this long is closed without an answer).
     header_timeout_s: float = Field(10.0, gt=0)
     # A request body must arrive whole within this many seconds of its head: 408 and close
     # otherwise. 30 s lets a 1 MiB body through at ~35 KB/s.

@@ -13,8 +13,8 @@ methods and parser callbacks, calling uvicorn's own for everything else:
 - bytes of a request head are counted in ``data_received`` *before* the parser sees them; past
   ``max_header_bytes`` (or ``max_header_count`` lines) the client gets 431 and the connection
   closes, so a 128 MiB header is never parsed and never holds the event loop;
-- a head that is not complete ``header_timeout_s`` after its first byte (or after the connection
-  opened) gets 408 and the connection closes;
+- a head that is not complete ``header_timeout_s`` after its first byte gets 408 and the
+  connection closes; a new connection that sends nothing for that long is closed silently;
 - a connection from an address that already holds ``max_connections_per_client`` gets 429 +
   ``retry-after`` at once and is closed;
 - malformed framing gets uvicorn's 400, but as OpenAI-style JSON (``send_400_response``);
@@ -232,7 +232,13 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self._in_head:
+        if not self._in_head:
+            return
+        if self._head_bytes == 0:
+            # A connection that never sent a byte (a browser's preconnect) is closed without an
+            # answer: a client reusing it at that instant would read a 408 meant for nobody.
+            self.transport.close()
+        else:
             self._refuse(RequestTimeoutError(
                 f"The request head did not arrive within {self.limits.header_timeout_s:g} s."))
 

@@ -118,7 +118,9 @@ def test_a_slow_head_gets_408_and_the_socket_closes(guarded: LiveServer) -> None
 
 def test_a_silent_connection_is_closed_at_the_head_deadline(guarded: LiveServer) -> None:
     with _connect(guarded) as sock:
-        assert _json_error(_read_all(sock), 408)["code"] == "request_timeout"
+        started = time.monotonic()
+        assert _read_all(sock) == b""  # closed without an answer: nobody asked anything
+        assert time.monotonic() - started < HEAD_TIMEOUT_S + 2.0
 
 
 def test_keep_alive_requests_each_get_a_fresh_head_deadline(guarded: LiveServer) -> None:
