@@ -71,8 +71,27 @@ class ServerSettings(BaseModel):
     port: int = Field(8000, ge=0, le=65535)
     # 1 MiB holds a ~250k-character conversation; larger bodies are almost always mistakes.
     max_body_bytes: ByteSize = 1_048_576
-    # Generation requests in flight (streamed or not) before new ones get 503 + retry-after.
+    # Generation requests in flight (streamed or not) before new ones get 503 + retry-after. A
+    # request takes its slot only once its whole body is in (blink/gateway/limits.py).
     max_concurrent_streams: int = Field(256, ge=1)
+    # A request head (request line + headers) larger than this gets 431 and the connection closes.
+    # 64 KiB holds large cookies and JWTs with room to spare (nginx's default is 4 x 8 KiB, Node's
+    # 16 KiB); bytes are counted before the parser sees them, so a bigger head is never parsed.
+    max_header_bytes: ByteSize = 65_536
+    # Header lines per request before 431 (Apache's LimitRequestFields default is 100).
+    max_header_count: int = Field(100, ge=1)
+    # A request head must arrive whole within this many seconds of its first byte: 408 and close
+    # otherwise, so slow-header connections cannot pile up (a new connection that sends nothing
+    # for this long is closed without an answer).
+    header_timeout_s: float = Field(10.0, gt=0)
+    # A request body must arrive whole within this many seconds of its head: 408 and close
+    # otherwise. 30 s lets a 1 MiB body through at ~35 KB/s.
+    body_timeout_s: float = Field(30.0, gt=0)
+    # Open connections one client address may hold; a connection over the cap is answered 429 +
+    # retry-after and closed at once. 0 = no cap (set it to 0 behind a proxy that hides addresses).
+    max_connections_per_client: int = Field(128, ge=0)
+    # /dashboard/events viewers at once; more get 503 + retry-after (all share one snapshot a second).
+    dashboard_max_viewers: int = Field(32, ge=1)
     # Upper bound on max_tokens / max_completion_tokens a client may ask for.
     max_tokens_limit: int = Field(32_768, ge=1)
     # Whole-request deadline handed to backends (seconds); None = no deadline.

@@ -172,21 +172,26 @@ def build_app(settings: Settings) -> FastAPI:
 
 
 def run(settings: Settings) -> None:
-    """Serve until interrupted (uvicorn with uvloop and httptools)."""
+    """Serve until interrupted (uvicorn with uvloop and httptools, under Blink's HTTP limits)."""
     import uvicorn
 
-    from blink.gateway.http_protocol import CoalescingHttpToolsProtocol
+    from blink.gateway.http_guard import guarded_protocol
+    from blink.obs.log_redaction import install_log_redaction
 
     logging.basicConfig(level=settings.server.log_level.upper() if settings.server.log_level != "trace" else "DEBUG")
     app = build_app(settings)
     tune_gc()  # the process-wide GC settings (gc_tuning.py says why and what they save)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.server.host,
         port=settings.server.port,
         loop="uvloop",
-        http=CoalescingHttpToolsProtocol,  # httptools; a response's head goes out with its first bytes
+        # httptools with head-size/head-time/per-address limits and JSON framing errors
+        # (http_guard.py); a response's head goes out with its first bytes (http_protocol.py).
+        http=guarded_protocol(settings.server),
         log_level=settings.server.log_level,
         access_log=settings.server.log_level in ("debug", "trace"),
         timeout_graceful_shutdown=5,
     )
+    install_log_redaction()  # after uvicorn configured its handlers: the access log prints query strings
+    uvicorn.Server(config).run()

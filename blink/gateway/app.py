@@ -11,11 +11,11 @@ from fastapi import APIRouter, FastAPI
 from blink.backends.registry import BackendRegistry
 from blink.config import ObsSettings, ServerSettings
 from blink.gateway.auth import AuthMiddleware, KeyStore
-from blink.gateway.dashboard import build_dashboard_router
+from blink.gateway.dashboard import DashboardAccess, build_dashboard_feed, build_dashboard_router
 from blink.gateway.errors import install_error_handlers
 from blink.gateway.fast_path import GatewayApp, GenerationFastPath, generation_handlers
 from blink.gateway.front import GatewayFront
-from blink.gateway.limits import BodySizeLimitMiddleware, ConcurrencyLimitMiddleware
+from blink.gateway.limits import BodyLimitMiddleware, ConcurrencyLimitMiddleware
 from blink.gateway.routes import build_router
 from blink.modelserver.server import ModelServer
 from blink.obs.metrics import GatewayMetrics
@@ -82,7 +82,8 @@ def create_app(
         app.include_router(service.router)
     if models_router is not None:  # /v1/embeddings, /v1/classify, /v1/moderations (routes_models.py)
         app.include_router(models_router)
-    # Added innermost first: requests pass the catch-all, then the body limit, then concurrency,
+    # Added innermost first: requests pass the catch-all, then the body limit (which reads a
+    # generation body whole first, so a slot is taken only once it is in), then concurrency,
     # then the generation endpoints are called directly (fast_path.py says why).
     fast = generation_handlers(generation)
     if models_router is not None:  # /v1/embeddings etc. are as latency-bound as generation (issue #9)
@@ -90,13 +91,16 @@ def create_app(
     app.add_middleware(GenerationFastPath, handlers=fast)
     app.hot_paths = frozenset(fast)
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent=server_settings.max_concurrent_streams)
-    app.add_middleware(BodySizeLimitMiddleware, max_body_bytes=server_settings.max_body_bytes,
-                       path_limits={p: n for s in services for p, n in s.body_limits.items()})
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=server_settings.max_body_bytes,
+                       path_limits={p: n for s in services for p, n in s.body_limits.items()},
+                       body_timeout_s=server_settings.body_timeout_s)
     if key_store is not None:  # outermost: unauthenticated requests take no concurrency slot
         app.add_middleware(AuthMiddleware, store=key_store)
     install_error_handlers(app)
-    if obs.live is not None:
-        app.include_router(build_dashboard_router(obs))
+    if obs.live is not None:  # behind keys with the dashboard scope when keys are on
+        app.state.dashboard_feed = build_dashboard_feed(obs, server_settings.dashboard_max_viewers)
+        access = DashboardAccess(key_store) if key_store is not None else None
+        app.include_router(build_dashboard_router(app.state.dashboard_feed, access))
     # Outermost: times every generation request as the client sees it, rejections included.
     app.add_middleware(ObservabilityMiddleware, obs=obs)
     return app

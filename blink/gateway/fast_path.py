@@ -55,7 +55,7 @@ class GatewayApp(FastAPI):
     concurrency count is shared with the other paths). Its outermost layers do the skipped
     ones' jobs for these paths: ``ObservabilityMiddleware`` sees every outcome,
     ``CatchAllMiddleware`` turns any escaped exception into a 500 JSON error and
-    ``BodySizeLimitMiddleware`` bounds the body."""
+    ``BodyLimitMiddleware`` bounds the body."""
 
     # Paths served by GenerationFastPath (set by create_app once the middleware is added).
     hot_paths: frozenset[str] = frozenset()

@@ -94,6 +94,30 @@ class RequestTooLargeError(BlinkError):
     code = "request_too_large"
 
 
+class RequestTimeoutError(BlinkError):
+    """A request head or body did not arrive in time; the connection closes after the answer."""
+
+    status = 408
+    type = "invalid_request_error"
+    code = "request_timeout"
+
+
+class HeaderFieldsTooLargeError(BlinkError):
+    """The request head is over the server's size or header-count limit (RFC 6585 431)."""
+
+    status = 431
+    type = "invalid_request_error"
+    code = "request_header_fields_too_large"
+
+
+class TooManyConnectionsError(BlinkError):
+    """One client address holds more open connections than the server allows it."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "too_many_connections"
+
+
 class RateLimitError(BlinkError):
     status = 429
     type = "rate_limit_error"

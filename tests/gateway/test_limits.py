@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import httpx
 import openai
+import orjson
 import pytest
 from gateway_helpers import gateway_settings
 from live_server import LiveServer
@@ -104,3 +105,62 @@ def test_concurrent_stream_limit(small: LiveServer, upstream: FakeUpstream) -> N
             assert time.monotonic() < deadline
             time.sleep(0.05)
     assert resp.choices[0].message.content == " t0"
+
+
+BODY_TIMEOUT_S = 1.0
+CHAT_BODY = b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}'
+
+
+@pytest.fixture(scope="module")
+def deadline_server(upstream: FakeUpstream) -> Iterator[LiveServer]:
+    app = build_app(gateway_settings(upstream, max_concurrent_streams=2, body_timeout_s=BODY_TIMEOUT_S))
+    with LiveServer(app) as server:
+        yield server
+
+
+def _trickler(server: LiveServer) -> socket.socket:
+    """A connection that sent a generation head and the first byte of a body it never finishes."""
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                 b"content-length: %d\r\n\r\n{" % len(CHAT_BODY))
+    return sock
+
+
+def test_a_slow_body_gets_408_and_the_connection_closes(deadline_server: LiveServer) -> None:
+    with _trickler(deadline_server) as sock:
+        started = time.monotonic()
+        try:
+            for _ in range(10):  # a byte every 0.3 s: the body cannot be in by the deadline
+                time.sleep(0.3)
+                sock.sendall(b" ")
+        except OSError:
+            pass
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+        elapsed = time.monotonic() - started
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 ") and b"connection: close" in head.lower()
+    assert orjson.loads(body)["error"]["code"] == "request_timeout"
+    assert elapsed < BODY_TIMEOUT_S + 2.0
+
+
+def test_trickling_bodies_take_no_concurrency_slot(deadline_server: LiveServer) -> None:
+    """64 connections hold half-sent bodies on a server with 2 slots: honest requests still pass."""
+    held = [_trickler(deadline_server) for _ in range(64)]
+    try:
+        time.sleep(0.2)
+        client = openai.OpenAI(base_url=f"{deadline_server.url}/v1", api_key="x", max_retries=0)
+        for _ in range(3):
+            resp = client.chat.completions.create(model="fake", messages=M, max_tokens=1)
+            assert resp.choices[0].message.content == " t0"
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_buffered_body_reaches_the_app_whole(deadline_server: LiveServer) -> None:
+    """Sent in pieces, read whole by the middleware, replayed to the route: the request is served."""
+    resp = httpx.post(f"{deadline_server.url}/v1/chat/completions",
+                      content=iter([CHAT_BODY[:7], CHAT_BODY[7:20], CHAT_BODY[20:]]))
+    assert resp.status_code == 200 and resp.json()["choices"][0]["message"]["content"] == " t0"

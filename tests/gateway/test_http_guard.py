@@ -1,0 +1,185 @@
+"""GuardedHttpToolsProtocol over raw sockets: head size and count (431), head deadline (408),
+per-address connection cap (429), and malformed framing answered as OpenAI-style JSON."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+from gateway_helpers import gateway_settings
+from live_server import LiveServer
+from upstream_server import FakeUpstream
+
+from blink.gateway.http_guard import guarded_protocol
+from blink.serve import build_app
+
+HEADER_LIMIT = 8192
+HEAD_TIMEOUT_S = 1.0
+BODY_TIMEOUT_S = 1.0
+PER_CLIENT = 6
+
+
+@pytest.fixture(scope="module")
+def guarded(upstream: FakeUpstream) -> Iterator[LiveServer]:
+    settings = gateway_settings(upstream, max_header_bytes=HEADER_LIMIT, max_header_count=20,
+                                header_timeout_s=HEAD_TIMEOUT_S, body_timeout_s=BODY_TIMEOUT_S, max_connections_per_client=PER_CLIENT)
+    with LiveServer(build_app(settings), http=guarded_protocol(settings.server)) as server:
+        yield server
+
+
+def _connect(server: LiveServer, timeout: float = 5) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything until the server closes the connection (a timeout fails the test)."""
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def _json_error(reply: bytes, status: int) -> dict[str, object]:
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status), head
+    assert b"content-type: application/json" in head.lower()
+    error = orjson.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error  # type: ignore[no-any-return]
+
+
+def test_a_header_over_the_size_limit_gets_431_json_and_is_never_read(guarded: LiveServer) -> None:
+    with _connect(guarded) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-bomb: ")
+        try:  # up to 8 MiB: the server answers and closes long before
+            for _ in range(128):
+                sock.sendall(b"a" * 65536)
+        except OSError:
+            pass  # closed under our feet: the answer is already in the receive buffer
+        reply = _read_all(sock)
+    assert _json_error(reply, 431)["code"] == "request_header_fields_too_large"
+
+
+def test_too_many_header_lines_get_431(guarded: LiveServer) -> None:
+    with _connect(guarded) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n" + b"".join(b"x-%d: 1\r\n" % i for i in range(30)) + b"\r\n")
+        assert _json_error(_read_all(sock), 431)["code"] == "request_header_fields_too_large"
+
+
+def test_headers_within_the_limits_are_served(guarded: LiveServer) -> None:
+    resp = httpx.get(f"{guarded.url}/health", headers={"x-big": "a" * (HEADER_LIMIT // 2)})
+    assert resp.status_code == 200
+
+
+def test_health_answers_while_header_bombs_are_sent(guarded: LiveServer) -> None:
+    stop = threading.Event()
+
+    def bomb() -> None:
+        while not stop.is_set():
+            try:
+                with _connect(guarded) as sock:
+                    sock.sendall(b"GET / HTTP/1.1\r\nx-bomb: " + b"b" * (1 << 20))
+                    _read_all(sock)
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=bomb, daemon=True) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(20):
+            assert httpx.get(f"{guarded.url}/health", timeout=5).status_code == 200
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+
+
+def test_a_slow_head_gets_408_and_the_socket_closes(guarded: LiveServer) -> None:
+    with _connect(guarded) as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET /health HTTP/1.1\r\n")
+        try:
+            for _ in range(20):  # one header byte every 0.2 s: the head never completes in time
+                time.sleep(0.2)
+                sock.sendall(b"x")
+        except OSError:
+            pass
+        reply = _read_all(sock)
+        elapsed = time.monotonic() - started
+    assert _json_error(reply, 408)["code"] == "request_timeout"
+    assert elapsed < HEAD_TIMEOUT_S + 2.0  # closed at the deadline, not when the client gave up
+
+
+def test_a_silent_connection_is_closed_at_the_head_deadline(guarded: LiveServer) -> None:
+    with _connect(guarded) as sock:
+        started = time.monotonic()
+        assert _read_all(sock) == b""  # closed without an answer: nobody asked anything
+        assert time.monotonic() - started < HEAD_TIMEOUT_S + 2.0
+
+
+def test_keep_alive_requests_each_get_a_fresh_head_deadline(guarded: LiveServer) -> None:
+    with httpx.Client(base_url=guarded.url) as client:
+        for _ in range(3):
+            assert client.get("/health").status_code == 200
+            time.sleep(HEAD_TIMEOUT_S * 0.6)  # idle between requests is keep-alive, not a slow head
+
+
+def test_connections_over_the_per_address_cap_get_429(guarded: LiveServer) -> None:
+    held = [_connect(guarded) for _ in range(PER_CLIENT)]
+    try:
+        for sock in held:
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")  # incomplete heads: the connections stay open
+        time.sleep(0.2)
+        with _connect(guarded) as extra:
+            reply = _read_all(extra)
+        error = _json_error(reply, 429)
+        assert error["code"] == "too_many_connections"
+        assert b"retry-after: 1" in reply.lower()
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + 5
+    while True:  # closed connections give their places back
+        try:
+            if httpx.get(f"{guarded.url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_body_trickling_after_its_response_is_cut_off(guarded: LiveServer) -> None:
+    """/health answers without reading the body; the rest may not keep the connection forever."""
+    with _connect(guarded) as sock:
+        sock.sendall(b"POST /health HTTP/1.1\r\nhost: x\r\ncontent-length: 1000\r\n\r\nx")
+        started = time.monotonic()
+        try:
+            for _ in range(25):
+                time.sleep(0.2)
+                sock.sendall(b"x")
+        except OSError:
+            pass
+        reply = _read_all(sock)
+        elapsed = time.monotonic() - started
+    assert reply.startswith(b"HTTP/1.1 ")
+    assert elapsed < BODY_TIMEOUT_S + 2.0
+
+
+@pytest.mark.parametrize("request_bytes", [
+    b"NOT HTTP AT ALL\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nbad header line\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+    b"GET /health HTTP/9.9\r\n\r\n",
+])
+def test_malformed_framing_gets_a_json_400(guarded: LiveServer, request_bytes: bytes) -> None:
+    with _connect(guarded) as sock:
+        sock.sendall(request_bytes)
+        error = _json_error(_read_all(sock), 400)
+    assert error["type"] == "invalid_request_error" and error["code"] == "invalid_http_request"
