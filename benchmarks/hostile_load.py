@@ -15,6 +15,10 @@ a closed loop and record TTFT. Phases, each ``--phase-s`` seconds:
 - ``kill``: ``kill -9`` of the engine-core process mid-load: how long until a request succeeds
   again, and how long in-flight and queued requests take to end (none may hang).
 
+Attackers connect from other loopback addresses than the honest clients (127.0.0.2, the
+viewers 127.0.0.3), as they would from other hosts: the per-address connection cap is one of the
+defences measured.
+
 Goal (issue #20): honest TTFT p99 ≤ 2× its unloaded value in every phase, and no honest error
 other than a 429/503 carrying ``retry-after``; service back within 30 s of the kill.
 Each attacker runs in its own process (``--attack NAME``) so its CPU is not the honest loop's.
@@ -32,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +51,13 @@ HONEST_MAX_TOKENS = 16
 HANG_S = 60.0
 PHASES = ("unloaded", "slow-body", "header-bomb", "oversize", "n-hog", "viewers", "together", "kill")
 ATTACKS = ("slow-body", "header-bomb", "oversize", "n-hog", "viewers")
+# Where each attacker's connections come from (the honest clients use 127.0.0.1).
+SOURCE = {"viewers": "127.0.0.3"}
+DEFAULT_SOURCE = "127.0.0.2"
+
+
+def connect(port: int, source: str) -> Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    return asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
 
 
 # -- the honest side --------------------------------------------------------------------------
@@ -142,7 +154,7 @@ async def slow_body(port: int, key: str, stop_at: float) -> dict[str, int]:
         while time.monotonic() < stop_at:
             counts["opened"] += 1
             try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                reader, writer = await connect(port, DEFAULT_SOURCE)
                 writer.write((f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
                               "content-type: application/json\r\ncontent-length: 4096\r\n\r\n{").encode())
                 while time.monotonic() < stop_at:
@@ -173,7 +185,7 @@ async def header_bomb(port: int, key: str, stop_at: float) -> dict[str, int]:
             mib = 128 if n % 10 == 0 else 8
             status = "closed"
             try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                reader, writer = await connect(port, DEFAULT_SOURCE)
                 writer.write(b"GET /health HTTP/1.1\r\nhost: x\r\nx-bomb: ")
                 for _ in range(mib):
                     if reader.at_eof() or writer.is_closing():
@@ -201,7 +213,7 @@ async def post_loop(port: int, key: str, stop_at: float, body: bytes, clients: i
         while time.monotonic() < stop_at:
             status = "closed"
             try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                reader, writer = await connect(port, DEFAULT_SOURCE)
                 writer.write(head + body)
                 await writer.drain()
                 async with asyncio.timeout(max(1.0, stop_at - time.monotonic())):
@@ -226,7 +238,7 @@ async def viewers(port: int, key: str, stop_at: float) -> dict[str, int]:
     async def view() -> None:
         status = "closed"
         try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            reader, writer = await connect(port, SOURCE["viewers"])
             writer.write(f"GET /dashboard/events HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\r\n".encode())
             line = await asyncio.wait_for(reader.readline(), 10)
             status = line.split(b" ")[1].decode() if line.count(b" ") >= 2 else "closed"
