@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import multiprocessing
 import os
 import tempfile
@@ -24,12 +25,14 @@ import zmq.asyncio
 
 from blink.engine import core_process as cp
 from blink.engine.config import EngineConfig
-from blink.engine.errors import EngineDeadError, EngineError
+from blink.engine.errors import EngineDeadError, EngineError, RequestFailedError
 from blink.engine.loader import resolve_model_path
 from blink.engine.outputs import EngineStats, RequestOutput
 from blink.engine.request_checks import EngineLimits, check_request
 from blink.engine.sampling_params import SamplingParams
 from blink.engine.tokenizer import Tokenizer
+
+log = logging.getLogger("blink.engine")
 
 # Loading a small model takes seconds; a big one on a slow disk can take minutes.
 _READY_TIMEOUT_S = 600.0
@@ -192,7 +195,7 @@ class AsyncEngine:
                 if item.finished:
                     finished = True
                 if item.error is not None:
-                    raise EngineError(item.error)
+                    raise RequestFailedError(item.error)
                 yield item
                 if finished:
                     return
@@ -238,8 +241,10 @@ class AsyncEngine:
                         if q is not None:
                             q.put_nowait(out)
                 elif kind == cp.ERROR:
+                    # The traceback is for the server log; clients are told only that it failed.
                     tb = msgspec.msgpack.decode(payload, type=str)
-                    raise EngineDeadError(f"engine step failed:\n{tb}")
+                    log.error("engine step failed:\n%s", tb)
+                    raise EngineDeadError("the engine's step failed (details in the server log)")
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
