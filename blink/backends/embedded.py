@@ -24,6 +24,7 @@ from blink.backends.base import (
     TokenLogprob,
     Usage,
 )
+from blink.backends.embedded_prompt import PromptEncoder
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig
 from blink.engine.errors import (
@@ -32,6 +33,7 @@ from blink.engine.errors import (
     InvalidParameterError,
     ModelNotAvailableError,
     PromptTooLongError,
+    RequestFailedError,
 )
 from blink.engine.outputs import RequestOutput
 from blink.engine.sampling_params import PRIORITY_RANK, SamplingParams
@@ -39,8 +41,10 @@ from blink.protocol.errors import (
     BackendUnavailableError,
     BlinkError,
     ContextLengthExceededError,
+    InternalServerError,
     InvalidRequestError,
 )
+from blink.request_limits import wrap_seed
 
 log = logging.getLogger("blink.backends.embedded")
 
@@ -63,6 +67,7 @@ class EmbeddedBackend:
         self._fallback_model = fallback_model
         self._ttft_ewma: float | None = None
         self._itl_ewma: float | None = None
+        self._encoder: PromptEncoder | None = None
         self.is_demo_model = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -118,27 +123,33 @@ class EmbeddedBackend:
 
     # -- generation -------------------------------------------------------------------------
 
-    def _prompt_ids(self, req: GenerationRequest) -> list[int]:
-        try:
-            if req.kind == "chat":
-                return self.engine.encode_chat(req.messages or [])
-            if isinstance(req.prompt, list):
-                return list(req.prompt)
-            return self.engine.encode_prompt(req.prompt or "")
-        except InvalidParameterError as exc:
-            raise InvalidRequestError(str(exc), param=exc.param or "messages") from exc
-        except EngineError as exc:
-            raise BackendUnavailableError(str(exc)) from exc
-        except Exception as exc:  # a chat template that rejects the conversation
-            raise InvalidRequestError(f"The messages could not be formatted for this model: {exc}",
-                                      param="messages") from exc
+    def _prompt_encoder(self) -> PromptEncoder:
+        """The encoder for the engine's current tokenizer (a restarted engine brings a new one)."""
+        tok, limits = self.engine.tokenizer, self.engine.limits
+        if tok is None or limits is None:
+            raise BackendUnavailableError("engine is not running")
+        if self._encoder is None or self._encoder.tokenizer is not tok:
+            self._encoder = PromptEncoder(tok, limits.max_model_len)
+        return self._encoder
+
+    def _choice_slots(self, n: int) -> asyncio.Semaphore | None:
+        """How many of one request's ``n`` choices may run in the engine at once (None: all).
+
+        Each choice is one engine sequence; one request may hold at most its share of the
+        engine's ``max_num_seqs``, so an n=128 request cannot starve everyone else. Its other
+        choices start as earlier ones finish.
+        """
+        cfg = self.engine.config
+        slots = max(1, int(cfg.max_num_seqs * cfg.max_seqs_per_request_share))
+        return asyncio.Semaphore(slots) if n > slots else None
 
     def _params(self, o: SamplingOptions, prompt_len: int, index: int, priority: str | None = None) -> SamplingParams:
         limits = self.engine.limits
         max_tokens = o.max_tokens
         if max_tokens is None and limits is not None:
             max_tokens = max(1, limits.max_model_len - prompt_len)
-        seed = None if o.seed is None else o.seed + index
+        # Choice i draws from seed + i, folded back into int64 so a seed near the top stays valid.
+        seed = None if o.seed is None else wrap_seed(o.seed + index)
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=o.temperature,
@@ -159,7 +170,7 @@ class EmbeddedBackend:
         )
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
-        prompt = self._prompt_ids(req)
+        prompt = await self._prompt_encoder().encode(req)
         n = max(1, req.options.n)
         params = [self._params(req.options, len(prompt), i, req.priority) for i in range(n)]
         try:
@@ -176,7 +187,9 @@ class EmbeddedBackend:
         if n == 1:
             source = self._one(req.request_id, prompt, params[0], 0)
         else:
-            source = self._merge([self._one(f"{req.request_id}-{i}", prompt, p, i) for i, p in enumerate(params)])
+            slots = self._choice_slots(n)
+            source = self._merge([self._one(f"{req.request_id}-{i}", prompt, p, i, slots)
+                                  for i, p in enumerate(params)])
         first_at: float | None = None
         last_at = start
         tokens = 0
@@ -205,6 +218,8 @@ class EmbeddedBackend:
             raise
         except EngineDeadError as exc:
             raise BackendUnavailableError(f"the engine stopped: {exc}") from exc
+        except RequestFailedError as exc:  # this request alone; the engine serves on
+            raise InternalServerError(str(exc)) from exc
         except EngineError as exc:
             raise BackendUnavailableError(str(exc)) from exc
         finally:
@@ -212,14 +227,16 @@ class EmbeddedBackend:
                 await source.aclose()
 
     async def _one(
-        self, request_id: str, prompt: list[int], params: SamplingParams, index: int
+        self, request_id: str, prompt: list[int], params: SamplingParams, index: int,
+        slots: asyncio.Semaphore | None = None,
     ) -> AsyncIterator[tuple[int, RequestOutput]]:
-        gen = self.engine.generate(request_id, prompt, params)
-        try:
-            async for out in gen:
-                yield index, out
-        finally:
-            await gen.aclose()
+        async with slots if slots is not None else contextlib.nullcontext():
+            gen = self.engine.generate(request_id, prompt, params)
+            try:
+                async for out in gen:
+                    yield index, out
+            finally:
+                await gen.aclose()
 
     async def _merge(
         self, sources: list[AsyncIterator[tuple[int, RequestOutput]]]
@@ -286,6 +303,7 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
         kv_cache_memory_bytes=int(ms.kv_cache_memory_bytes),
         block_size=ms.block_size,
         max_num_seqs=ms.max_num_seqs,
+        max_seqs_per_request_share=ms.max_seqs_per_request_share,
         max_num_batched_tokens=ms.max_num_batched_tokens,
         max_batch_seqs=getattr(ms, "max_batch_seqs", 0),
         max_batch_tokens=getattr(ms, "max_batch_tokens", 0),
