@@ -28,6 +28,8 @@ class SamplingLimits:
     max_penalty: float = 2.0
     # vLLM's multiplicative repetition penalty: (0, max]; 2 already all but forbids a seen token.
     max_repetition_penalty: float = 2.0
+    # `logit_bias` values: OpenAI documents -100..100 (100 all but forces a token, -100 bans it).
+    max_logit_bias: float = 100.0
     # Choices per request (OpenAI's documented maximum for `n`, and `best_of`).
     max_n: int = 128
     # `top_logprobs` (chat) and `logprobs` (completions): OpenAI caps chat at 20, vLLM both.

@@ -67,3 +67,10 @@ def test_wrap_seed_keeps_int64_seeds_and_folds_the_rest(seed: int) -> None:
     assert (wrapped - seed) % 2**64 == 0
     if INT64_MIN <= seed <= INT64_MAX:
         assert wrapped == seed
+
+
+def test_logit_bias_values_are_bounded_by_the_table() -> None:
+    _wire("logit_bias", {"5": L.max_logit_bias, "6": -L.max_logit_bias})
+    with pytest.raises(InvalidRequestError) as exc:
+        _wire("logit_bias", {"5": L.max_logit_bias + 1})
+    assert exc.value.param is not None and exc.value.param.startswith("logit_bias")

@@ -73,6 +73,8 @@ _OPTIONAL = {
     "top_logprobs": _ints(0, 21),
     "ignore_eos": st.booleans(),
     "stream": st.booleans(),
+    "logit_bias": st.one_of(st.just({}), st.dictionaries(st.sampled_from(["1", "50", "x"]), _floats(-100, 100),
+                                                         max_size=2)),
 }
 BODIES = st.fixed_dictionaries(
     {"model": st.just(MODEL), "messages": st.just([{"role": "user", "content": "def add(a, b):"}]),

@@ -170,6 +170,7 @@ class EmbeddedBackend:
         )
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        _refuse_unsupported(req)
         prompt = await self._prompt_encoder().encode(req)
         n = max(1, req.options.n)
         params = [self._params(req.options, len(prompt), i, req.priority) for i in range(n)]
@@ -278,6 +279,18 @@ class EmbeddedBackend:
             top = [(tok.decode([t], skip_special_tokens=False) if tok else str(t), v) for t, v in (lp.top or [])]
             result.append(TokenLogprob(token=text, logprob=lp.logprob, bytes=list(text.encode()), top=top))
         return result
+
+
+def _refuse_unsupported(req: GenerationRequest) -> None:
+    """Sampling fields the wire accepts (other servers honour them) that this engine cannot:
+    refused by name rather than silently ignored."""
+    if req.raw.get("logit_bias"):
+        raise InvalidRequestError("'logit_bias' is not supported by this model's engine.",
+                                  param="logit_bias", code="unsupported_parameter")
+    best_of = req.raw.get("best_of")
+    if best_of is not None and best_of != req.options.n:
+        raise InvalidRequestError("'best_of' other than 'n' is not supported by this model's engine.",
+                                  param="best_of", code="unsupported_parameter")
 
 
 def _engine_priority(priority: str | None) -> str:

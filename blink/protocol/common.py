@@ -17,6 +17,7 @@ _L = SAMPLING_LIMITS
 StopString = Annotated[str, Field(min_length=1, max_length=_L.max_stop_chars)]
 Stop = StopString | Annotated[list[StopString], Field(max_length=_L.max_stop_strings)] | None
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+LogitBias = Annotated[float, Field(ge=-_L.max_logit_bias, le=_L.max_logit_bias)]
 
 
 class StrictModel(BaseModel):
@@ -42,7 +43,7 @@ class SamplingFields(StrictModel):
     stop: Stop = None
     presence_penalty: float | None = Field(None, ge=-_L.max_penalty, le=_L.max_penalty)
     frequency_penalty: float | None = Field(None, ge=-_L.max_penalty, le=_L.max_penalty)
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, LogitBias] | None = None
     user: str | None = None
     # vLLM extras.
     top_k: int | None = Field(None, ge=-1, le=_L.max_top_k)

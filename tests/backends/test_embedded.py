@@ -153,3 +153,13 @@ def test_the_request_share_setting_is_declared_once() -> None:
     for bad in (0.0, 1.5):
         with pytest.raises(ValidationError):
             ModelSettings(max_seqs_per_request_share=bad)
+
+
+@pytest.mark.parametrize(("raw", "param"), [({"logit_bias": {"5": 10.0}}, "logit_bias"), ({"best_of": 3}, "best_of")])
+async def test_sampling_fields_the_engine_cannot_honour_are_refused(backend: EmbeddedBackend, raw: dict,
+                                                                   param: str) -> None:
+    req = _chat("unsupported", max_tokens=2)
+    req.raw = raw
+    with pytest.raises(InvalidRequestError) as exc:
+        [d async for d in backend.stream(req)]
+    assert exc.value.param == param and exc.value.code == "unsupported_parameter"
