@@ -7,6 +7,7 @@ to completion, and the engine still serves a plain request afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,7 @@ EXTREME_FLOATS = [0.0, -0.0, 1e-9, 1e-300, 2.0, 2.0000001, 1e308, -1e308, float(
 @pytest.fixture(scope="module")
 def served(tiny_qwen2: Path) -> Iterator[tuple[str, EmbeddedBackend]]:
     settings_ = Settings(
-        server=ServerSettings(max_concurrent_streams=8),
+        server=ServerSettings(max_concurrent_streams=8, max_body_bytes=4 << 20),
         models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=256, max_num_seqs=8)],
     )
@@ -154,3 +155,22 @@ def test_top_k_past_the_vocabulary_is_a_400_and_the_engine_lives(
     ok = httpx.post(f"{url}{endpoint}", json=body | {"top_k": 40}, timeout=60)
     assert ok.status_code == 200, ok.text
     assert backend.engine.is_alive()
+
+
+async def test_mebibyte_prompts_over_the_context_are_400s_while_the_server_answers(
+    served: tuple[str, EmbeddedBackend],
+) -> None:
+    """Issue #20 item 8: oversize prompts are refused by size, and never hold the event loop."""
+    url, _ = served
+    big = "def add(a, b):\n    return a + b\n" * (1 << 15)  # ~1 MiB, far over 256 tokens
+    chat = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": big}]}
+    small = {"model": MODEL, "max_tokens": 2, "temperature": 0, "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        bigs = [asyncio.create_task(http.post("/v1/chat/completions", json=chat)) for _ in range(4)]
+        health = [await http.get("/health") for _ in range(3)]
+        served_small = await http.post("/v1/chat/completions", json=small)
+        refused = await asyncio.gather(*bigs)
+    assert all(r.status_code == 200 for r in health) and served_small.status_code == 200
+    for r in refused:
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "context_length_exceeded"
