@@ -30,6 +30,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
 from blink.routing_config import RouteSettings, check_routes
 from blink.safety_config import ModelServerSettings, SafetySettings
 from blink.scaleout_config import DiscoverySettings, VllmSettings
@@ -114,6 +115,9 @@ class ModelSettings(BaseModel):
     kv_cache_memory_bytes: ByteSize = 512 * 1024 * 1024
     block_size: int = Field(16, ge=1)
     max_num_seqs: int = Field(64, ge=1)
+    # The most of max_num_seqs one request's n choices may hold at once; the rest of its choices
+    # wait while other requests proceed (at least one sequence is always allowed).
+    max_seqs_per_request_share: float = Field(DEFAULT_MAX_SEQS_PER_REQUEST_SHARE, gt=0.0, le=1.0)
     max_num_batched_tokens: int = Field(1024, ge=1)
     # Batch-priority sequences running at once (0 = up to max_num_seqs). An interactive request
     # waits at most one engine step, and a batch step's length grows with this: 2 (with

@@ -24,6 +24,7 @@ from blink.backends.base import (
     TokenLogprob,
     Usage,
 )
+from blink.backends.embedded_prompt import PromptEncoder
 from blink.backends.engine_supervisor import EngineSupervisor
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig
@@ -33,6 +34,7 @@ from blink.engine.errors import (
     InvalidParameterError,
     ModelNotAvailableError,
     PromptTooLongError,
+    RequestFailedError,
 )
 from blink.engine.outputs import RequestOutput
 from blink.engine.sampling_params import PRIORITY_RANK, SamplingParams
@@ -40,8 +42,10 @@ from blink.protocol.errors import (
     BackendUnavailableError,
     BlinkError,
     ContextLengthExceededError,
+    InternalServerError,
     InvalidRequestError,
 )
+from blink.request_limits import wrap_seed
 from blink.supervision_config import SupervisionSettings
 
 log = logging.getLogger("blink.backends.embedded")
@@ -67,6 +71,7 @@ class EmbeddedBackend:
         self._fallback_model = fallback_model
         self._ttft_ewma: float | None = None
         self._itl_ewma: float | None = None
+        self._encoder: PromptEncoder | None = None
         self.is_demo_model = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -129,27 +134,33 @@ class EmbeddedBackend:
 
     # -- generation -------------------------------------------------------------------------
 
-    def _prompt_ids(self, req: GenerationRequest) -> list[int]:
-        try:
-            if req.kind == "chat":
-                return self.engine.encode_chat(req.messages or [])
-            if isinstance(req.prompt, list):
-                return list(req.prompt)
-            return self.engine.encode_prompt(req.prompt or "")
-        except InvalidParameterError as exc:
-            raise InvalidRequestError(str(exc), param=exc.param or "messages") from exc
-        except EngineError as exc:
-            raise BackendUnavailableError(str(exc)) from exc
-        except Exception as exc:  # a chat template that rejects the conversation
-            raise InvalidRequestError(f"The messages could not be formatted for this model: {exc}",
-                                      param="messages") from exc
+    def _prompt_encoder(self) -> PromptEncoder:
+        """The encoder for the engine's current tokenizer (a restarted engine brings a new one)."""
+        tok, limits = self.engine.tokenizer, self.engine.limits
+        if tok is None or limits is None:
+            raise BackendUnavailableError("engine is not running")
+        if self._encoder is None or self._encoder.tokenizer is not tok:
+            self._encoder = PromptEncoder(tok, limits.max_model_len)
+        return self._encoder
+
+    def _choice_slots(self, n: int) -> asyncio.Semaphore | None:
+        """How many of one request's ``n`` choices may run in the engine at once (None: all).
+
+        Each choice is one engine sequence; one request may hold at most its share of the
+        engine's ``max_num_seqs``, so an n=128 request cannot starve everyone else. Its other
+        choices start as earlier ones finish.
+        """
+        cfg = self.engine.config
+        slots = max(1, int(cfg.max_num_seqs * cfg.max_seqs_per_request_share))
+        return asyncio.Semaphore(slots) if n > slots else None
 
     def _params(self, o: SamplingOptions, prompt_len: int, index: int, priority: str | None = None) -> SamplingParams:
         limits = self.engine.limits
         max_tokens = o.max_tokens
         if max_tokens is None and limits is not None:
             max_tokens = max(1, limits.max_model_len - prompt_len)
-        seed = None if o.seed is None else o.seed + index
+        # Choice i draws from seed + i, folded back into int64 so a seed near the top stays valid.
+        seed = None if o.seed is None else wrap_seed(o.seed + index)
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=o.temperature,
@@ -171,7 +182,8 @@ class EmbeddedBackend:
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         await self.supervisor.wait_running()  # mid-restart: wait (bounded) rather than fail
-        prompt = self._prompt_ids(req)
+        _refuse_unsupported(req)
+        prompt = await self._prompt_encoder().encode(req)
         n = max(1, req.options.n)
         params = [self._params(req.options, len(prompt), i, req.priority) for i in range(n)]
         try:
@@ -188,7 +200,9 @@ class EmbeddedBackend:
         if n == 1:
             source = self._one(req.request_id, prompt, params[0], 0)
         else:
-            source = self._merge([self._one(f"{req.request_id}-{i}", prompt, p, i) for i, p in enumerate(params)])
+            slots = self._choice_slots(n)
+            source = self._merge([self._one(f"{req.request_id}-{i}", prompt, p, i, slots)
+                                  for i, p in enumerate(params)])
         first_at: float | None = None
         last_at = start
         tokens = 0
@@ -217,6 +231,8 @@ class EmbeddedBackend:
             raise
         except EngineDeadError as exc:
             raise self.supervisor.unavailable(f"the engine stopped: {exc}") from exc
+        except RequestFailedError as exc:  # this request alone; the engine serves on
+            raise InternalServerError(str(exc)) from exc
         except EngineError as exc:
             raise BackendUnavailableError(str(exc)) from exc
         finally:
@@ -224,14 +240,16 @@ class EmbeddedBackend:
                 await source.aclose()
 
     async def _one(
-        self, request_id: str, prompt: list[int], params: SamplingParams, index: int
+        self, request_id: str, prompt: list[int], params: SamplingParams, index: int,
+        slots: asyncio.Semaphore | None = None,
     ) -> AsyncIterator[tuple[int, RequestOutput]]:
-        gen = self.engine.generate(request_id, prompt, params)
-        try:
-            async for out in gen:
-                yield index, out
-        finally:
-            await gen.aclose()
+        async with slots if slots is not None else contextlib.nullcontext():
+            gen = self.engine.generate(request_id, prompt, params)
+            try:
+                async for out in gen:
+                    yield index, out
+            finally:
+                await gen.aclose()
 
     async def _merge(
         self, sources: list[AsyncIterator[tuple[int, RequestOutput]]]
@@ -275,6 +293,18 @@ class EmbeddedBackend:
         return result
 
 
+def _refuse_unsupported(req: GenerationRequest) -> None:
+    """Sampling fields the wire accepts (other servers honour them) that this engine cannot:
+    refused by name rather than silently ignored."""
+    if req.raw.get("logit_bias"):
+        raise InvalidRequestError("'logit_bias' is not supported by this model's engine.",
+                                  param="logit_bias", code="unsupported_parameter")
+    best_of = req.raw.get("best_of")
+    if best_of is not None and best_of != req.options.n:
+        raise InvalidRequestError("'best_of' other than 'n' is not supported by this model's engine.",
+                                  param="best_of", code="unsupported_parameter")
+
+
 def _engine_priority(priority: str | None) -> str:
     """The gateway's class name -> the engine's; unset and the gateway's ``normal`` are interactive."""
     return priority if priority in PRIORITY_RANK else "interactive"
@@ -298,6 +328,7 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
         kv_cache_memory_bytes=int(ms.kv_cache_memory_bytes),
         block_size=ms.block_size,
         max_num_seqs=ms.max_num_seqs,
+        max_seqs_per_request_share=ms.max_seqs_per_request_share,
         max_num_batched_tokens=ms.max_num_batched_tokens,
         max_batch_seqs=getattr(ms, "max_batch_seqs", 0),
         max_batch_tokens=getattr(ms, "max_batch_tokens", 0),

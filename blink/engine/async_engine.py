@@ -25,7 +25,7 @@ import zmq.asyncio
 
 from blink.engine import core_process as cp
 from blink.engine.config import EngineConfig
-from blink.engine.errors import EngineDeadError, EngineError
+from blink.engine.errors import EngineDeadError, EngineError, RequestFailedError
 from blink.engine.loader import resolve_model_path
 from blink.engine.outputs import EngineStats, RequestOutput
 from blink.engine.request_checks import EngineLimits, check_request
@@ -244,7 +244,7 @@ class AsyncEngine:
                 if item.finished:
                     finished = True
                 if item.error is not None:
-                    raise EngineError(item.error)
+                    raise RequestFailedError(item.error)
                 yield item
                 if finished:
                     return
@@ -290,9 +290,10 @@ class AsyncEngine:
                         if q is not None:
                             q.put_nowait(out)
                 elif kind == cp.ERROR:
-                    # The traceback names files and code: it goes to the log, never to clients.
-                    log.error("engine step failed:\n%s", msgspec.msgpack.decode(payload, type=str))
-                    raise EngineDeadError("the engine step failed")
+                    # The traceback is for the server log; clients are told only that it failed.
+                    tb = msgspec.msgpack.decode(payload, type=str)
+                    log.error("engine step failed:\n%s", tb)
+                    raise EngineDeadError("the engine's step failed (details in the server log)")
         except asyncio.CancelledError:
             raise
         except BaseException as exc:

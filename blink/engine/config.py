@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
+
 
 @dataclass
 class EngineConfig:
@@ -20,6 +22,9 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     block_size: int = 16
     max_num_seqs: int = 64
+    # Share of max_num_seqs one request's n choices may hold at once (at least one sequence);
+    # the embedded backend starts its other choices as earlier ones finish.
+    max_seqs_per_request_share: float = DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
     # Batch-priority sequences running at once (0 = up to max_num_seqs). An interactive request
     # that arrives mid-step waits for that step, whose length grows with the batch lane's share,
     # so a cap bounds the batch lane's effect on interactive TTFT (and its throughput).

@@ -22,6 +22,7 @@ import msgspec
 import zmq
 
 from blink.engine.config import EngineConfig
+from blink.engine.errors import EngineError
 from blink.engine.outputs import EngineStats, RequestOutput
 
 # Message kinds on the input socket.
@@ -167,8 +168,10 @@ def run_engine_core(
                     engine.add_request(req.request_id, req.prompt_token_ids,
                                        SamplingParams(**req.params), req.arrival_time)
                 except Exception as exc:  # validated in the frontend; this is a last guard
+                    # An engine error's message is written for clients; anything else is not.
+                    why = str(exc) if isinstance(exc, EngineError) else "the engine could not add it"
                     err = RequestOutput(req.request_id, [], "", finished=True, finish_reason="error",
-                                        error=f"{type(exc).__name__}: {exc}")
+                                        error=f"request rejected: {why}")
                     send(OUTPUTS, enc.encode(OutputBatch([err], engine.stats())))
             elif kind == ABORT:
                 aborted = engine.abort_request(str_dec.decode(payload)) or aborted

@@ -19,6 +19,10 @@ class PromptTooLongError(InvalidParameterError):
     """Prompt (+ requested tokens) exceeds the model's context length."""
 
 
+class RequestFailedError(EngineError):
+    """The engine stopped one request after an internal failure; other requests carry on."""
+
+
 class UnsupportedModelError(EngineError):
     """The checkpoint's architecture is not in the registry."""
 

@@ -1,10 +1,16 @@
 """The synchronous engine core: schedule, run the model, sample, detokenise — once per step.
 
 It owns no process or event loop; ``core_process`` drives it, and tests drive it directly.
+
+A failure inside one request's share of a step (its sampling row, detokenising, stop matching,
+logprobs, speculative verification) fails that request alone: it gets a final output with
+``finish_reason="error"`` and a message free of tracebacks and paths (the traceback goes to the
+log), and the step carries on for everyone else. Only the batched forward pass is shared by all.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +25,7 @@ from blink.engine.loader import resolve_model_path
 from blink.engine.model_runner import ModelRunner
 from blink.engine.outputs import EngineStats, RequestOutput, TokenLogprobOut
 from blink.engine.request_checks import EngineLimits, check_request
-from blink.engine.sampler import Sampler, with_logprobs
+from blink.engine.sampler import Sampler, SampleResult, with_logprobs
 from blink.engine.sampling_params import SamplingParams
 from blink.engine.scheduler import ScheduledSeq, Scheduler
 from blink.engine.sequence import Sequence
@@ -28,6 +34,11 @@ from blink.engine.spec_decode.policy import SpecCounters
 from blink.engine.spec_decode.speculator import Speculator
 from blink.engine.stop import StopStringMatcher
 from blink.engine.tokenizer import Tokenizer
+
+log = logging.getLogger("blink.engine")
+
+# What a client is told when the engine failed its request (the details stay in the server log).
+REQUEST_FAILED_MESSAGE = "The engine failed while processing this request; it was stopped. Other requests are unaffected."
 
 
 @dataclass
@@ -113,8 +124,11 @@ class LLMEngine:
         for seq in out.finished:  # ended by the scheduler (outgrew the KV pool); blocks already freed
             state = self._requests.get(seq.request_id)
             if state is not None:
-                self._flush_text(state, stop_hit=False)
-                outputs.append(self._emit(state))
+                try:
+                    self._flush_text(state, stop_hit=False)
+                    outputs.append(self._emit(state))
+                except Exception:
+                    outputs.append(self._fail(state, "finishing"))
         if not out.scheduled:
             return outputs
         if self.speculator is not None:
@@ -136,25 +150,75 @@ class LLMEngine:
             seqs = [out.scheduled[i].seq for i in plain]
             rows = [first_row[i] for i in plain]
             sample_logits = logits if len(rows) == total else logits[rows]
-            results = self.sampler.sample(sample_logits, seqs)
+            results = self._sample_each(sample_logits, seqs)
             for seq, res in zip(seqs, results, strict=True):
                 state = self._requests.get(seq.request_id)
                 if state is None:  # aborted between schedule and now
                     continue
-                self._accept_token(state, res.token_id)
-                if seq.params.logprobs is not None:
-                    state.new_logprobs.append(TokenLogprobOut(res.token_id, float(res.logprob or 0.0), res.top_logprobs))
-                outputs.append(self._emit(state))
+                if res is None:  # its traceback is logged already
+                    outputs.append(self._fail(state, "sampling", trace=False))
+                    continue
+                try:
+                    self._accept_token(state, res.token_id)
+                    if seq.params.logprobs is not None:
+                        state.new_logprobs.append(
+                            TokenLogprobOut(res.token_id, float(res.logprob or 0.0), res.top_logprobs)
+                        )
+                    outputs.append(self._emit(state))
+                except Exception:
+                    outputs.append(self._fail(state, "accepting a token"))
         for i, item in enumerate(out.scheduled):
             if item.spec_token_ids:
                 start = first_row[i]
                 spec_logits = logits[start : start + 1 + len(item.spec_token_ids)]
-                emitted = self._accept_speculated(self.speculator, item, spec_logits)
+                try:
+                    emitted = self._accept_speculated(self.speculator, item, spec_logits)
+                except Exception:
+                    state = self._requests.get(item.seq.request_id)
+                    emitted = self._fail(state, "verifying speculation") if state is not None else None
                 if emitted is not None:
                     outputs.append(emitted)
             elif item.num_lookahead:
                 self.scheduler.commit_speculation(item.seq, 0)  # release the unused reserved slots
         return outputs
+
+    def _sample_each(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[SampleResult | None]:
+        """One batched draw; if it fails, each row alone, so only the rows that fail again are lost."""
+        try:
+            return list(self.sampler.sample(logits, seqs))
+        except Exception:
+            log.exception("batched sampling failed; retrying the %d rows one by one", len(seqs))
+        results: list[SampleResult | None] = []
+        for i, seq in enumerate(seqs):
+            try:
+                results.append(self.sampler.sample(logits[i : i + 1], [seq])[0])
+            except Exception:
+                log.exception("sampling failed for request %s", seq.request_id)
+                results.append(None)
+        return results
+
+    def _fail(self, state: _RequestState, stage: str, trace: bool = True) -> RequestOutput:
+        """End one request with an error output and free its blocks; the step goes on.
+
+        Called from an ``except`` block, so the log line carries the traceback; the client's
+        message carries none of it.
+        """
+        seq = state.seq
+        log.error("request %s failed in the engine while %s", seq.request_id, stage, exc_info=trace)
+        self._requests.pop(seq.request_id, None)
+        self.scheduler.abort(seq.request_id)
+        if self.speculator is not None:
+            self.speculator.release(seq.request_id)
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=[],
+            text="",
+            finished=True,
+            finish_reason="error",
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_output_tokens=len(seq.output_token_ids),
+            error=REQUEST_FAILED_MESSAGE,
+        )
 
     def _accept_speculated(
         self, speculator: Speculator | None, item: ScheduledSeq, logits: torch.Tensor

@@ -17,8 +17,17 @@ class EngineLimits:
 
 
 def check_request(prompt_token_ids: list[int], params: SamplingParams, limits: EngineLimits) -> None:
-    """Raise ``InvalidParameterError`` for anything the engine cannot serve."""
+    """Raise ``InvalidParameterError`` for anything the engine cannot serve.
+
+    ``params.validate()`` applies the model-independent table (``blink.request_limits``); the
+    checks below need this model's vocabulary, context length and KV pool.
+    """
     params.validate()
+    if params.top_k > limits.vocab_size:
+        raise InvalidParameterError(
+            f"top_k must be -1 or 0 (off), or at most the vocabulary size ({limits.vocab_size}).",
+            param="top_k",
+        )
     if not prompt_token_ids:
         raise InvalidParameterError("The prompt is empty.", param="messages")
     n = len(prompt_token_ids)

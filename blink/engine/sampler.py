@@ -124,7 +124,9 @@ def processed_probs(logits: torch.Tensor, ps: list[SamplingParams]) -> torch.Ten
         logits = apply_min_p(logits, torch.tensor([p.min_p for p in ps], device=device))
     if any(p.top_k > 1 or p.top_p < 1.0 for p in ps):
         vocab = logits.shape[1]
-        k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in ps], device=device)
+        # Clamped to the vocabulary: validation rejects a larger top_k, and this keeps one that
+        # slipped through from overflowing the int64 tensor (issue #20).
+        k = torch.tensor([min(p.top_k, vocab) if p.top_k > 0 else vocab for p in ps], device=device)
         top_p = torch.tensor([p.top_p for p in ps], device=device)
         logits = apply_top_k_top_p(logits, k, top_p)
     return torch.softmax(logits, dim=-1)
@@ -155,8 +157,9 @@ def uniforms(seqs: list[Sequence], device: torch.device) -> torch.Tensor:
 
 def _generator(seq: Sequence, device: torch.device) -> torch.Generator:
     if seq.generator is None:
-        seq.generator = torch.Generator(device=device)
-        seq.generator.manual_seed(seq.params.seed or 0)
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seq.params.seed or 0)  # kept only once seeded: a failed seed stays failed
+        seq.generator = gen
     return seq.generator
 
 

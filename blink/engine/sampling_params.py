@@ -1,7 +1,8 @@
 """Per-request sampling parameters and their validation.
 
 Validation lives here (not in the HTTP layer) so every caller of the engine, in-process or over
-IPC, gets the same typed error naming the OpenAI field that was wrong.
+IPC, gets the same typed error naming the OpenAI field that was wrong. The ranges are those of
+``blink.request_limits.SAMPLING_LIMITS``, the table the wire schemas use too.
 """
 
 from __future__ import annotations
@@ -10,16 +11,9 @@ import math
 from dataclasses import dataclass, field
 
 from blink.engine.errors import InvalidParameterError
+from blink.request_limits import INT32_MAX, SAMPLING_LIMITS
 
-# OpenAI documents temperature in [0, 2] and both penalties in [-2, 2].
-MAX_TEMPERATURE = 2.0
-MAX_PENALTY = 2.0
-# OpenAI's `top_logprobs` accepts 0..20.
-MAX_LOGPROBS = 20
-# OpenAI accepts "up to 4 sequences" in `stop`.
-MAX_STOP_STRINGS = 4
-# torch.Generator.manual_seed accepts [-2**63, 2**64).
-_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
+_L = SAMPLING_LIMITS
 # Below this a temperature is treated as greedy: dividing logits by it overflows float32 softmax.
 GREEDY_TEMPERATURE = 1e-5
 # Priority classes, most urgent first (rank 0): real-time speech, then chat (the default), then bulk
@@ -62,38 +56,41 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Raise InvalidParameterError (param = OpenAI field name) on the first bad field."""
-        _check_number(self.temperature, "temperature", 0.0, MAX_TEMPERATURE)
+        _check_number(self.temperature, "temperature", 0.0, _L.max_temperature)
         _check_number(self.top_p, "top_p", 0.0, 1.0)
         if self.top_p <= 0.0:
             raise InvalidParameterError("top_p must be in (0, 1]", param="top_p")
         _check_int(self.top_k, "top_k")
-        if self.top_k < -1:
-            raise InvalidParameterError("top_k must be -1 or 0 (off) or >= 1", param="top_k")
+        if not -1 <= self.top_k <= _L.max_top_k:
+            raise InvalidParameterError(
+                f"top_k must be -1 or 0 (off), or between 1 and the vocabulary size ({_L.max_top_k} at most)",
+                param="top_k",
+            )
         _check_number(self.min_p, "min_p", 0.0, 1.0)
-        _check_number(self.presence_penalty, "presence_penalty", -MAX_PENALTY, MAX_PENALTY)
-        _check_number(self.frequency_penalty, "frequency_penalty", -MAX_PENALTY, MAX_PENALTY)
-        _check_number(self.repetition_penalty, "repetition_penalty", 0.0, math.inf)
+        _check_number(self.presence_penalty, "presence_penalty", -_L.max_penalty, _L.max_penalty)
+        _check_number(self.frequency_penalty, "frequency_penalty", -_L.max_penalty, _L.max_penalty)
+        _check_number(self.repetition_penalty, "repetition_penalty", 0.0, _L.max_repetition_penalty)
         if self.repetition_penalty <= 0.0:
             raise InvalidParameterError("repetition_penalty must be > 0", param="repetition_penalty")
         if self.max_tokens is not None:
             _check_int(self.max_tokens, "max_tokens")
-            if self.max_tokens < 1:
-                raise InvalidParameterError("max_tokens must be >= 1", param="max_tokens")
+            if not 1 <= self.max_tokens <= _L.max_tokens:
+                raise InvalidParameterError(f"max_tokens must be between 1 and {_L.max_tokens}", param="max_tokens")
         _check_int(self.min_tokens, "min_tokens")
-        if self.min_tokens < 0:
-            raise InvalidParameterError("min_tokens must be >= 0", param="min_tokens")
+        if not 0 <= self.min_tokens <= _L.max_tokens:
+            raise InvalidParameterError(f"min_tokens must be between 0 and {_L.max_tokens}", param="min_tokens")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             raise InvalidParameterError("min_tokens must not exceed max_tokens", param="min_tokens")
         if self.logprobs is not None:
             _check_int(self.logprobs, "top_logprobs")
-            if not 0 <= self.logprobs <= MAX_LOGPROBS:
+            if not 0 <= self.logprobs <= _L.max_logprobs:
                 raise InvalidParameterError(
-                    f"top_logprobs must be between 0 and {MAX_LOGPROBS}", param="top_logprobs"
+                    f"top_logprobs must be between 0 and {_L.max_logprobs}", param="top_logprobs"
                 )
         if self.seed is not None:
             _check_int(self.seed, "seed")
-            if not _SEED_MIN <= self.seed <= _SEED_MAX:
-                raise InvalidParameterError("seed must fit in 64 bits", param="seed")
+            if not _L.min_seed <= self.seed <= _L.max_seed:
+                raise InvalidParameterError("seed must be a signed 64-bit integer", param="seed")
         self._validate_stop()
         if self.priority not in PRIORITY_RANK:
             raise InvalidParameterError(
@@ -106,15 +103,21 @@ class SamplingParams:
     def _validate_stop(self) -> None:
         if not isinstance(self.stop, list):
             raise InvalidParameterError("stop must be a list of strings", param="stop")
-        if len(self.stop) > MAX_STOP_STRINGS:
-            raise InvalidParameterError(f"stop accepts at most {MAX_STOP_STRINGS} sequences", param="stop")
+        if len(self.stop) > _L.max_stop_strings:
+            raise InvalidParameterError(f"stop accepts at most {_L.max_stop_strings} sequences", param="stop")
         for s in self.stop:
-            if not isinstance(s, str) or not s:
-                raise InvalidParameterError("stop sequences must be non-empty strings", param="stop")
+            if not isinstance(s, str) or not 1 <= len(s) <= _L.max_stop_chars:
+                raise InvalidParameterError(
+                    f"stop sequences must be strings of 1 to {_L.max_stop_chars} characters", param="stop"
+                )
         if not isinstance(self.stop_token_ids, list):
             raise InvalidParameterError("stop_token_ids must be a list of ints", param="stop_token_ids")
+        if len(self.stop_token_ids) > _L.max_stop_token_ids:
+            raise InvalidParameterError(
+                f"stop_token_ids accepts at most {_L.max_stop_token_ids} ids", param="stop_token_ids"
+            )
         for t in self.stop_token_ids:
-            if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+            if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t <= INT32_MAX:
                 raise InvalidParameterError(
                     "stop_token_ids must be non-negative integers", param="stop_token_ids"
                 )

@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 # ``'<|im_start|>' + message['content']`` when content is a list.
 _TEMPLATE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
+# How far each normalizer can shrink text in UTF-8 bytes (for ``max_bytes_per_token``). Unicode
+# composition is the worst case: three Hangul jamo (3 bytes each) compose into one 3-byte syllable.
+# Unicode lowercasing shrinks at most 3 bytes to 2 (U+1E9E -> U+00DF). A normalizer not listed
+# (Replace, Strip, BertNormalizer's control-character removal...) may delete text: no bound then.
+_NORMALIZER_SHRINK = {"NFC": 3.0, "NFKC": 3.0, "NFD": 3.0, "NFKD": 3.0, "Lowercase": 1.5, "Prepend": 1.0}
+# Pre-tokenizers that keep every byte of the text (a Split that removes its matches does not).
+_LOSSLESS_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Split", "Digits", "Punctuation", "UnicodeScripts"}
+
 
 class Tokenizer:
     def __init__(self, hf_tokenizer: Any, extra_eos_token_ids: Sequence[int] = ()) -> None:
@@ -60,6 +68,35 @@ class Tokenizer:
             return self._backend.id_to_token(token_id)
         token = self.hf.convert_ids_to_tokens(token_id)
         return token if isinstance(token, str) else None
+
+    def max_bytes_per_token(self) -> float | None:
+        """An upper bound on the UTF-8 bytes of text one token can stand for; None if there is none.
+
+        With it, a text of ``b`` bytes needs at least ``b / bound`` tokens, so a prompt far over
+        the context can be refused before it is tokenised. The bound must never be too small (it
+        would refuse a prompt that fits), so it holds only for BPE vocabularies whose unknown
+        characters do not merge into one token, under normalizers and pre-tokenizers that cannot
+        delete text; anything else returns None. Costs one decode per vocabulary entry: call it
+        once, off the event loop.
+        """
+        if self._backend is None:
+            return None
+        spec = json.loads(self._backend.to_str())
+        model = spec.get("model") or {}
+        if model.get("type") != "BPE":
+            return None
+        if model.get("unk_token") is not None and model.get("fuse_unk") and not model.get("byte_fallback"):
+            return None
+        shrink = _shrink_factor(spec.get("normalizer"))
+        if shrink is None or not _lossless(spec.get("pre_tokenizer")):
+            return None
+        longest = 1
+        for token_id in range(len(self.hf)):
+            text = self._backend.decode([token_id], skip_special_tokens=False)
+            piece = self._backend.id_to_token(token_id) or ""
+            longest = max(longest, len(text.encode()), len(piece.encode()))
+        # +1: a decoder may drop a token's leading space (SentencePiece at the start of a text).
+        return shrink * (longest + 1)
 
     @property
     def has_chat_template(self) -> bool:
@@ -105,6 +142,34 @@ class Tokenizer:
         """Token ids of the rendered chat; the template itself places any BOS, so none is added."""
         text = self.render_chat(messages, add_generation_prompt, tools, **template_kwargs)
         return self.encode(text, add_special_tokens=False)
+
+
+def _components(spec: dict[str, Any] | None, key: str) -> list[dict[str, Any]]:
+    """A normalizer / pre-tokenizer spec flattened (``Sequence`` holds the others)."""
+    if spec is None:
+        return []
+    if spec.get("type") == "Sequence":
+        return [c for sub in spec.get(key) or [] for c in _components(sub, key)]
+    return [spec]
+
+
+def _shrink_factor(normalizer: dict[str, Any] | None) -> float | None:
+    factor = 1.0
+    for part in _components(normalizer, "normalizers"):
+        shrink = _NORMALIZER_SHRINK.get(str(part.get("type")))
+        if shrink is None:
+            return None
+        factor *= shrink
+    return factor
+
+
+def _lossless(pre_tokenizer: dict[str, Any] | None) -> bool:
+    for part in _components(pre_tokenizer, "pretokenizers"):
+        if part.get("type") not in _LOSSLESS_PRE_TOKENIZERS:
+            return False
+        if part.get("type") == "Split" and str(part.get("behavior", "")).lower() == "removed":
+            return False
+    return True
 
 
 def _generation_config_eos(path: Path) -> list[int]:

@@ -1,7 +1,8 @@
 """Request fields shared by ``/v1/chat/completions`` and ``/v1/completions``.
 
 Models are strict (no silent ``"10"`` -> ``10`` coercion) and forbid unknown fields, as
-OpenAI does. Ranges follow OpenAI's documented limits; the vLLM extras follow vLLM's.
+OpenAI does. Every range comes from ``blink.request_limits.SAMPLING_LIMITS``, the table the
+engine validates against too, so nothing accepted here can fail (or crash) inside the engine.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# OpenAI allows at most 4 stop sequences; vLLM allows more. 16 keeps matching cheap.
-MAX_STOP_SEQUENCES = 16
+from blink.request_limits import INT32_MAX, SAMPLING_LIMITS
 
-Stop = str | Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None
+_L = SAMPLING_LIMITS
+StopString = Annotated[str, Field(min_length=1, max_length=_L.max_stop_chars)]
+Stop = StopString | Annotated[list[StopString], Field(max_length=_L.max_stop_strings)] | None
+TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+LogitBias = Annotated[float, Field(ge=-_L.max_logit_bias, le=_L.max_logit_bias)]
 
 
 class StrictModel(BaseModel):
@@ -31,25 +35,25 @@ class SamplingFields(StrictModel):
     model: str | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=128)
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    n: int = Field(1, ge=1, le=_L.max_n)
+    max_tokens: int | None = Field(None, ge=1, le=_L.max_tokens)
+    temperature: float | None = Field(None, ge=0.0, le=_L.max_temperature)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=_L.min_seed, le=_L.max_seed)
     stop: Stop = None
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: float | None = Field(None, ge=-_L.max_penalty, le=_L.max_penalty)
+    frequency_penalty: float | None = Field(None, ge=-_L.max_penalty, le=_L.max_penalty)
+    logit_bias: dict[str, LogitBias] | None = None
     user: str | None = None
     # vLLM extras.
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, le=_L.max_top_k)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
-    repetition_penalty: float | None = Field(None, gt=0.0, le=2.0)
-    min_tokens: int = Field(0, ge=0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=_L.max_repetition_penalty)
+    min_tokens: int = Field(0, ge=0, le=_L.max_tokens)
     ignore_eos: bool = False
     # Blink extra: false opts this request out of speculative decoding.
     speculative: bool = True
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: Annotated[list[TokenId], Field(max_length=_L.max_stop_token_ids)] | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     # Passed through to upstreams untouched.

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pydantic import Field
 
 from blink.protocol.common import SamplingFields
+from blink.request_limits import SAMPLING_LIMITS
 
 Prompt = str | list[str] | list[int] | list[list[int]]
 
 
 class CompletionRequest(SamplingFields):
     prompt: Prompt
-    # OpenAI caps completions logprobs at 5; vLLM allows 20.
-    logprobs: int | None = Field(None, ge=0, le=20)
+    # OpenAI caps completions logprobs at 5; vLLM (and the shared table) allows 20.
+    logprobs: int | None = Field(None, ge=0, le=SAMPLING_LIMITS.max_logprobs)
     echo: bool = False
     suffix: str | None = None
-    best_of: int | None = Field(None, ge=1, le=128)
+    best_of: int | None = Field(None, ge=1, le=SAMPLING_LIMITS.max_n)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,67 @@ async def test_closing_the_stream_aborts_the_generation(backend: EmbeddedBackend
     load = backend.load()
     assert load.running == 0 and load.waiting == 0
     assert load.ttft_ms_ewma is not None
+
+
+async def test_one_request_holds_at_most_its_share_of_the_engine(tiny_qwen2: Path) -> None:
+    """Issue #20: n=128 took every sequence slot. With 4 slots and a 1/4 share, an n=4 request runs
+    one choice at a time, so a request arriving behind it gets its first token while it still runs."""
+    b = EmbeddedBackend("tiny", EngineConfig(model=str(tiny_qwen2), dtype="float32", threads=1, max_model_len=256,
+                                             max_num_seqs=4, max_seqs_per_request_share=0.25))
+    await b.start()
+    try:
+        events: list[tuple[str, int, bool]] = []  # (who, choice, finished)
+        hog_started = asyncio.Event()
+
+        async def hog() -> dict[int, list[int]]:
+            tokens: dict[int, list[int]] = {}
+            async for d in b.stream(_chat("hog", max_tokens=40, temperature=1.0, seed=3, n=4, ignore_eos=True)):
+                tokens.setdefault(d.index, []).extend(d.token_ids)
+                events.append(("hog", d.index, d.finish_reason is not None))
+                hog_started.set()
+            return tokens
+
+        async def normal() -> None:
+            await hog_started.wait()
+            async for d in b.stream(_chat("normal", max_tokens=2, temperature=0.0, ignore_eos=True)):
+                events.append(("normal", d.index, d.finish_reason is not None))
+
+        hog_tokens, _ = await asyncio.gather(hog(), normal())
+        first_normal = next(i for i, e in enumerate(events) if e[0] == "normal")
+        hog_done = [i for i, e in enumerate(events) if e[0] == "hog" and e[2]]
+        assert len(hog_done) == 4 and first_normal < hog_done[-1]  # served while the hog still ran
+        # One choice at a time: no choice's tokens interleave with another's.
+        order = [e[1] for e in events if e[0] == "hog"]
+        assert order == sorted(order)
+        assert sorted(hog_tokens) == [0, 1, 2, 3] and all(len(t) == 40 for t in hog_tokens.values())
+        # The gate does not change what each choice generates (choice i samples with seed + i).
+        again = [d async for d in b.stream(_chat("hog", max_tokens=40, temperature=1.0, seed=3, n=1, ignore_eos=True))]
+        assert [t for d in again for t in d.token_ids] == hog_tokens[0]
+    finally:
+        await b.aclose()
+
+
+def test_the_request_share_setting_is_declared_once() -> None:
+    from pydantic import ValidationError
+
+    from blink.backends.embedded import engine_config_from_settings
+    from blink.config import ModelSettings
+    from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
+
+    assert ModelSettings().max_seqs_per_request_share == DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
+    assert EngineConfig(model="m").max_seqs_per_request_share == DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
+    cfg = engine_config_from_settings(ModelSettings(max_seqs_per_request_share=0.5))
+    assert cfg.max_seqs_per_request_share == 0.5
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValidationError):
+            ModelSettings(max_seqs_per_request_share=bad)
+
+
+@pytest.mark.parametrize(("raw", "param"), [({"logit_bias": {"5": 10.0}}, "logit_bias"), ({"best_of": 3}, "best_of")])
+async def test_sampling_fields_the_engine_cannot_honour_are_refused(backend: EmbeddedBackend, raw: dict,
+                                                                   param: str) -> None:
+    req = _chat("unsupported", max_tokens=2)
+    req.raw = raw
+    with pytest.raises(InvalidRequestError) as exc:
+        [d async for d in backend.stream(req)]
+    assert exc.value.param == param and exc.value.code == "unsupported_parameter"

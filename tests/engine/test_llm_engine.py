@@ -204,3 +204,45 @@ def test_invalid_requests_raise_typed_errors(tiny_llama: Path) -> None:
     with pytest.raises(InvalidParameterError):
         engine.add_request("w", [], SamplingParams(max_tokens=4))
     assert not engine.has_unfinished()
+
+
+def test_top_k_beyond_the_vocabulary_is_refused(tiny_llama: Path) -> None:
+    """Issue #20: top_k in [2**63, 2**64) overflowed the sampler's tensor and killed the engine."""
+    engine = _engine(tiny_llama)
+    vocab = engine.limits.vocab_size
+    for top_k in (vocab + 1, 2**63, 2**64 - 1):
+        with pytest.raises(InvalidParameterError) as exc:
+            engine.add_request(f"k{top_k}", [1, 2, 3], SamplingParams(max_tokens=2, temperature=1.0, top_k=top_k))
+        assert exc.value.param == "top_k"
+    assert engine.generate([[1, 2, 3]], SamplingParams(max_tokens=3, temperature=1.0, top_k=vocab))[0]
+
+
+def _break_seed(params: SamplingParams) -> None:
+    params.seed = 2**70  # torch's manual_seed overflows: a value that slipped past validation
+
+
+def _break_stop_ids(params: SamplingParams) -> None:
+    params.stop_token_ids = None  # type: ignore[assignment]  # `token in None` fails mid-accept
+
+
+@pytest.mark.parametrize("sabotage", [_break_seed, _break_stop_ids], ids=["sampler", "stop-check"])
+def test_a_failure_inside_one_request_fails_only_that_request(tiny_llama: Path, sabotage: object) -> None:
+    engine = _engine(tiny_llama, enable_prefix_caching=False)
+    free0 = engine.block_manager.num_free_blocks
+    prompts = _prompts(engine, 3, seed=11)
+    sampled = SamplingParams(max_tokens=6, temperature=1.0, seed=5, ignore_eos=True)
+    for i, p in enumerate(prompts):
+        engine.add_request(f"r{i}", p, SamplingParams(**{**sampled.__dict__, "stop": []}))
+    sabotage(engine._requests["r1"].seq.params)  # type: ignore[operator]
+    outs: dict[str, list] = {f"r{i}": [] for i in range(3)}
+    while engine.has_unfinished():
+        for o in engine.step():
+            outs[o.request_id].append(o)
+    bad = outs["r1"][-1]
+    assert bad.finished and bad.finish_reason == "error"
+    assert bad.error and "Traceback" not in bad.error and "/" not in bad.error
+    for rid in ("r0", "r2"):
+        assert outs[rid][-1].finish_reason == "length"
+        assert sum(len(o.new_token_ids) for o in outs[rid]) == 6
+    assert engine.block_manager.num_free_blocks == free0  # the failed request's blocks came back
+    assert len(engine.generate([prompts[0]], GREEDY)[0]) == 24  # and the engine serves on

@@ -7,6 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blink.engine.errors import InvalidParameterError
 from blink.engine.tokenizer import Tokenizer
@@ -88,3 +90,59 @@ def test_missing_template_is_invalid_parameter(tiny_tokenizer_dir: Path) -> None
     t.hf.chat_template = None
     with pytest.raises(InvalidParameterError):
         t.apply_chat_template([{"role": "user", "content": "x"}])
+
+
+# Texts that stress a bytes-per-token bound: special-token strings (one token, many bytes),
+# whitespace runs, multi-byte and combining characters, Hangul jamo (NFC composes 9 bytes into 3).
+_HARD_TEXTS = st.lists(
+    st.one_of(st.text(max_size=40), st.sampled_from(["<|im_start|>", "<|im_end|>", " " * 64, "\n" * 9,
+                                                      "\u1100\u1161\u11a8", "e\u0301", "🎉", "ẞ"])),
+    max_size=12,
+).map("".join)
+
+
+def _wrapped(backend: object) -> Tokenizer:
+    from transformers import PreTrainedTokenizerFast
+
+    return Tokenizer(PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="</s>"))
+
+
+def _bpe(normalizer: object) -> object:
+    from tokenizers import Tokenizer as Rust
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    rust = Rust(models.BPE())
+    rust.normalizer = normalizer
+    rust.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    rust.decoder = decoders.ByteLevel()
+    corpus = ["def add(a, b): return a + b", "한국어 텍스트 " * 5, "héllo wörld " * 5] * 20
+    rust.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"],
+                                                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return rust
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(_HARD_TEXTS)
+def test_bytes_per_token_bound_is_never_too_small(tok: Tokenizer, text: str) -> None:
+    """The prompt-length shortcut refuses a text only when bytes > bound * context: sound only if
+    no text ever needs fewer than bytes / bound tokens."""
+    bound = tok.max_bytes_per_token()
+    assert bound is not None
+    assert len(tok.encode(text, add_special_tokens=False)) * bound >= len(text.encode())
+
+
+def test_bytes_per_token_bound_covers_unicode_composition() -> None:
+    from tokenizers import normalizers
+
+    nfc = _wrapped(_bpe(normalizers.NFC()))
+    bound = nfc.max_bytes_per_token()
+    assert bound is not None
+    jamo = "\u1100\u1161\u11a8" * 200  # 1,800 bytes that NFC composes into 600
+    assert len(nfc.encode(jamo, add_special_tokens=False)) * bound >= len(jamo.encode())
+
+
+def test_no_bytes_per_token_bound_when_a_normalizer_may_delete_text() -> None:
+    from tokenizers import Regex, normalizers
+
+    assert _wrapped(_bpe(normalizers.Replace(Regex(" +"), ""))).max_bytes_per_token() is None
+    assert _wrapped(_bpe(normalizers.BertNormalizer())).max_bytes_per_token() is None
