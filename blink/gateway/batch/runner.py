@@ -4,6 +4,12 @@ On start it resumes whatever the store says is unfinished (a restart after a cra
 the lines not yet marked done). Lines run ``max_concurrency`` at a time; the engine scheduler,
 not this runner, keeps them out of interactive traffic's way (they carry priority ``batch``).
 A cancel stops new lines, drops those in flight, and finalizes with what finished.
+
+A line that failed only for want of capacity (its backend down: 503 ``backend_unavailable`` or
+``engine_unavailable``; its key over its rate limit: 429 ``rate_limit_exceeded``) is not a
+result: it waits with exponential backoff and runs again, for up to ``line_retry_s`` and never
+past the batch's completion window, so an engine restart or a tight rate limit slows a batch
+down instead of failing it. A spent budget (429 ``budget_exceeded``) is final.
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ import contextlib
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 
 import orjson
 
-from blink.gateway.batch.executor import LineExecutor
+from blink.gateway.batch.executor import LineExecutor, LineResult
 from blink.gateway.batch.jsonl import output_line
 from blink.gateway.batch.store import BatchRecord, BatchStore, FileRecord, PendingLine
 
@@ -26,13 +33,30 @@ log = logging.getLogger("blink.gateway.batch")
 _PAGE = 256
 # How often an idle runner looks for work it was not told about (another replica's jobs).
 _IDLE_POLL_S = 2.0
+# (status, error code) of a line that failed only for want of capacity and is run again.
+_RETRYABLE = frozenset({(503, "backend_unavailable"), (503, "engine_unavailable"), (429, "rate_limit_exceeded")})
+
+
+@dataclass(frozen=True, slots=True)
+class LineRetry:
+    """Backoff for retryable lines. The first wait is short (an engine restart takes seconds);
+    the cap is a rate-limit window (keys are limited per minute), so a throttled key's lines
+    keep trying about once a window."""
+
+    total_s: float = 3600.0
+    first_delay_s: float = 0.5
+    max_delay_s: float = 60.0
 
 
 class BatchRunner:
-    def __init__(self, store: BatchStore, execute: LineExecutor, max_concurrency: int) -> None:
+    def __init__(self, store: BatchStore, execute: LineExecutor, max_concurrency: int,
+                 retry: LineRetry | None = None, output_retention_s: int | None = None) -> None:
         self._store = store
         self._execute = execute
         self._max_concurrency = max_concurrency
+        self._retry = retry or LineRetry()
+        # Output and error files expire this long after they are written (None: kept until deleted).
+        self._output_retention_s = output_retention_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._cancelled: set[str] = set()
@@ -123,12 +147,30 @@ class BatchRunner:
             self._inflight.pop(batch.id, None)
 
     async def _one(self, batch: BatchRecord, line: PendingLine) -> None:
-        res = await self._execute(line.body, batch.endpoint, batch.key_id)
+        res = await self._execute_with_retry(batch, line)
         result = output_line(line.custom_id, res.status, res.request_id, res.body)
         await self._store.complete_line(batch.id, line.index, result, is_error=res.status != 200)
 
+    async def _execute_with_retry(self, batch: BatchRecord, line: PendingLine) -> LineResult:
+        deadline = time.time() + self._retry.total_s
+        if batch.expires_at is not None:
+            deadline = min(deadline, batch.expires_at)
+        delay = self._retry.first_delay_s
+        while True:
+            res = await self._execute(line.body, batch.endpoint, batch.key_id)
+            if not _retryable(res) or time.time() + delay > deadline:
+                return res
+            log.info("batch %s line %d: %d %s, retrying in %.1f s", batch.id, line.index, res.status,
+                     _code(res), delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._retry.max_delay_s)
+
     async def _finalize(self, batch_id: str, status: str, stamp: str) -> None:
-        """Write the output and error files (lines in input order) and the final status."""
+        """Write the output and error files (lines in input order) and the final status; the
+        files belong to the batch's owner."""
+        owner = await self._store.get_batch(batch_id)
+        now = int(time.time())
+        expires_at = None if self._output_retention_s is None else now + self._output_retention_s
         outputs: dict[str, tuple[FileRecord, bytes] | None] = {}
         for col, is_error, suffix in (("output_file_id", False, "output"), ("error_file_id", True, "error")):
             lines = await self._store.finished_lines(batch_id, is_error)
@@ -136,10 +178,19 @@ class BatchRunner:
                 outputs[col] = None
                 continue
             content = b"\n".join(_normalize(x) for x in lines) + b"\n"
-            rec = FileRecord(new_file_id(), f"batch_{suffix}", f"{batch_id}_{suffix}.jsonl", len(content),
-                             int(time.time()))
+            rec = FileRecord(new_file_id(), f"batch_{suffix}", f"{batch_id}_{suffix}.jsonl", len(content), now,
+                             owner.key_id if owner else None, owner.tenant if owner else None, expires_at)
             outputs[col] = (rec, content)
         await self._store.finalize(batch_id, status, stamp, outputs)
+
+
+def _code(res: LineResult) -> str | None:
+    error = res.body.get("error")
+    return error.get("code") if isinstance(error, dict) else None
+
+
+def _retryable(res: LineResult) -> bool:
+    return (res.status, _code(res)) in _RETRYABLE
 
 
 def _normalize(line: bytes) -> bytes:
