@@ -6,10 +6,11 @@ not this runner, keeps them out of interactive traffic's way (they carry priorit
 A cancel stops new lines, drops those in flight, and finalizes with what finished.
 
 A line that failed only for want of capacity (its backend down: 503 ``backend_unavailable`` or
-``engine_unavailable``; its key over its rate limit: 429 ``rate_limit_exceeded``) is not a
-result: it waits with exponential backoff and runs again, for up to ``line_retry_s`` and never
-past the batch's completion window, so an engine restart or a tight rate limit slows a batch
-down instead of failing it. A spent budget (429 ``budget_exceeded``) is final.
+``engine_unavailable``; the server full: 503 ``overloaded``; a rate limit, its key's or an upstream's: 429) is not a result: it
+waits with exponential backoff and runs again, for up to ``line_retry_s`` and never past the
+batch's completion window, so an engine restart or a tight rate limit slows a batch down
+instead of failing it. A spent budget (429 ``budget_exceeded``, or an upstream's
+``insufficient_quota``) is final: waiting a minute does not refill it.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ log = logging.getLogger("blink.gateway.batch")
 _PAGE = 256
 # How often an idle runner looks for work it was not told about (another replica's jobs).
 _IDLE_POLL_S = 2.0
-# (status, error code) of a line that failed only for want of capacity and is run again.
-_RETRYABLE = frozenset({(503, "backend_unavailable"), (503, "engine_unavailable"), (429, "rate_limit_exceeded")})
+# Error codes of a line that failed only for want of capacity and is run again: 503s by code;
+# every 429 but a spent budget (an upstream's rate-limit 429 often carries no code at all).
+_RETRYABLE_503 = frozenset({"backend_unavailable", "engine_unavailable", "overloaded"})
+_FINAL_429 = frozenset({"budget_exceeded", "insufficient_quota"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +161,7 @@ class BatchRunner:
         delay = self._retry.first_delay_s
         while True:
             res = await self._execute(line.body, batch.endpoint, batch.key_id)
-            if not _retryable(res) or time.time() + delay > deadline:
+            if not retryable(res) or time.time() + delay > deadline:
                 return res
             log.info("batch %s line %d: %d %s, retrying in %.1f s", batch.id, line.index, res.status,
                      _code(res), delay)
@@ -189,8 +192,10 @@ def _code(res: LineResult) -> str | None:
     return error.get("code") if isinstance(error, dict) else None
 
 
-def _retryable(res: LineResult) -> bool:
-    return (res.status, _code(res)) in _RETRYABLE
+def retryable(res: LineResult) -> bool:
+    """Whether a line's failure was for want of capacity (run it again later) rather than final."""
+    code = _code(res)
+    return (res.status == 503 and code in _RETRYABLE_503) or (res.status == 429 and code not in _FINAL_429)
 
 
 def _normalize(line: bytes) -> bytes:
@@ -199,4 +204,5 @@ def _normalize(line: bytes) -> bytes:
 
 
 def new_file_id() -> str:
-    return f"file-{uuid.uuid4().hex[:24]}"
+    """Time-ordered (creation nanoseconds first), so listing by creation is exact within a second."""
+    return f"file-{time.time_ns():016x}{uuid.uuid4().hex[:8]}"
