@@ -46,18 +46,18 @@ class LineRetry:
     the cap is a rate-limit window (keys are limited per minute), so a throttled key's lines
     keep trying about once a window."""
 
-    total_s: float = 3600.0
+    total_s: float  # ``batch.line_retry_s``
     first_delay_s: float = 0.5
     max_delay_s: float = 60.0
 
 
 class BatchRunner:
-    def __init__(self, store: BatchStore, execute: LineExecutor, max_concurrency: int,
-                 retry: LineRetry | None = None, output_retention_s: int | None = None) -> None:
+    def __init__(self, store: BatchStore, execute: LineExecutor, max_concurrency: int, retry: LineRetry,
+                 output_retention_s: int | None) -> None:
         self._store = store
         self._execute = execute
         self._max_concurrency = max_concurrency
-        self._retry = retry or LineRetry()
+        self._retry = retry
         # Output and error files expire this long after they are written (None: kept until deleted).
         self._output_retention_s = output_retention_s
         self._wake = asyncio.Event()
@@ -169,8 +169,9 @@ class BatchRunner:
             delay = min(delay * 2, self._retry.max_delay_s)
 
     async def _finalize(self, batch_id: str, status: str, stamp: str) -> None:
-        """Write the output and error files (lines in input order) and the final status; the
-        files belong to the batch's owner."""
+        """Write the output and error files (lines in input order) and the final status. The
+        files belong to the batch's owner and count toward its tenant's storage quota, but the
+        quota never fails a batch: its results are kept, and only new uploads are refused."""
         owner = await self._store.get_batch(batch_id)
         now = int(time.time())
         expires_at = None if self._output_retention_s is None else now + self._output_retention_s
