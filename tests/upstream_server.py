@@ -9,6 +9,9 @@ per request by the ``user`` field: ``user="tokens=5;delay=0.01;fail=429;stall=1;
 - ``cut=K``: after K tokens, drop the connection without finishing the body.
 - ``error_after=K``: after K tokens, send an SSE error event.
 
+``fail_next`` (a list of statuses) makes the next generation requests, whatever their ``user``,
+fail with those statuses in turn, then behave again: an upstream that is down for a while.
+
 Every request body is kept in ``requests``; ``cancelled`` counts streams whose client went
 away before the end (``cancelled_event`` is set on each). Run as a script to serve it:
 ``python tests/upstream_server.py --port 8001 --tokens 32``.
@@ -43,6 +46,7 @@ class FakeUpstream:
         self.cancelled_requests: list[dict[str, Any]] = []
         self.completed_requests: list[dict[str, Any]] = []
         self.completed = 0
+        self.fail_next: list[int] = []
         self.cancelled_event = threading.Event()
         self.base_url = ""
 
@@ -78,6 +82,8 @@ class FakeUpstream:
             if "=" in part:
                 key, value = part.split("=", 1)
                 cfg[key.strip()] = float(value)
+        if self.fail_next:
+            cfg["fail"] = self.fail_next.pop(0)
         if "fail" in cfg:
             status = int(cfg["fail"])
             headers = [(b"retry-after", b"2")] if status == 429 else []

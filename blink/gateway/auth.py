@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from blink.gateway.errors import error_messages
 from blink.obs import stage
+from blink.private_files import private_sqlite_path
 from blink.protocol.errors import AuthenticationError, BlinkError, PermissionDeniedError
 
 PRINCIPAL_STATE_KEY = "blink_principal"
@@ -116,8 +117,7 @@ class ApiKeyStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(private_sqlite_path(self.path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(_SCHEMA)
         present = {row[1] for row in self._db.execute("PRAGMA table_info(api_keys)")}

@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
+from blink.private_files import private_sqlite_path
+
 # Write-behind interval: a crash loses at most this much accounting.
 _FLUSH_S = 1.0
 
@@ -120,8 +122,7 @@ class SpendLedger:
 
 
 def _open(path: Path) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
+    conn = sqlite3.connect(str(private_sqlite_path(path)), check_same_thread=False, timeout=30)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(_SCHEMA)
     conn.commit()

@@ -7,27 +7,58 @@ an object, a repeated ``custom_id``) becomes that line's error, never the whole 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 
 from blink.gateway.batch.store import NewLine
+from blink.protocol.errors import InvalidRequestError
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions")
 
 
-def parse_input(content: bytes, endpoint: str) -> list[NewLine]:
-    """One ``NewLine`` per non-blank line, in file order."""
-    lines: list[NewLine] = []
+def parse_lines(chunks: Iterable[bytes], endpoint: str, max_lines: int | None = None) -> Iterator[NewLine]:
+    """One ``NewLine`` per non-blank line, in file order, from a file read in chunks (one line in
+    memory at a time).
+
+    Raises ``InvalidRequestError`` (param ``input_file_id``) for a file with no requests or with
+    more than ``max_lines``, as soon as it can tell.
+    """
     seen: set[str] = set()
-    for raw in content.splitlines():
+    count = 0
+    for raw in iter_lines(chunks):
         if not raw.strip():
             continue
-        line = _parse_line(raw, len(lines), endpoint, seen)
+        if max_lines is not None and count >= max_lines:
+            raise InvalidRequestError(f"The input file has more than {max_lines} requests; the limit is {max_lines}.",
+                                      param="input_file_id", code="too_many_requests")
+        line = _parse_line(raw, count, endpoint, seen)
         if line.error is not None:  # stored as its final error-file line
             line.error = error_line(line.custom_id, line.error)
-        lines.append(line)
-    return lines
+        count += 1
+        yield line
+    if count == 0:
+        raise InvalidRequestError("The input file has no requests.", param="input_file_id", code="empty_file")
+
+
+def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of a byte stream split at ``\\n`` (a trailing ``\\r`` dropped), across chunk edges.
+
+    A line longer than a chunk is gathered as pieces and joined once, not re-copied per chunk.
+    """
+    pending: list[bytes] = []
+    for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            pending.append(chunk[start:end])
+            yield b"".join(pending).removesuffix(b"\r")
+            pending = []
+            start = end + 1
+        if start < len(chunk):
+            pending.append(chunk[start:])
+    if pending:
+        yield b"".join(pending).removesuffix(b"\r")
 
 
 def _parse_line(raw: bytes, index: int, endpoint: str, seen: set[str]) -> NewLine:

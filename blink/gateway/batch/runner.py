@@ -4,6 +4,13 @@ On start it resumes whatever the store says is unfinished (a restart after a cra
 the lines not yet marked done). Lines run ``max_concurrency`` at a time; the engine scheduler,
 not this runner, keeps them out of interactive traffic's way (they carry priority ``batch``).
 A cancel stops new lines, drops those in flight, and finalizes with what finished.
+
+A line that failed only for want of capacity (its backend down: 503 ``backend_unavailable`` or
+``engine_unavailable``; the server full: 503 ``overloaded``; a rate limit, its key's or an upstream's: 429) is not a result: it
+waits with exponential backoff and runs again, for up to ``line_retry_s`` and never past the
+batch's completion window, so an engine restart or a tight rate limit slows a batch down
+instead of failing it. A spent budget (429 ``budget_exceeded``, or an upstream's
+``insufficient_quota``) is final: waiting a minute does not refill it.
 """
 
 from __future__ import annotations
@@ -13,10 +20,11 @@ import contextlib
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 
 import orjson
 
-from blink.gateway.batch.executor import LineExecutor
+from blink.gateway.batch.executor import LineExecutor, LineResult
 from blink.gateway.batch.jsonl import output_line
 from blink.gateway.batch.store import BatchRecord, BatchStore, FileRecord, PendingLine
 
@@ -26,13 +34,32 @@ log = logging.getLogger("blink.gateway.batch")
 _PAGE = 256
 # How often an idle runner looks for work it was not told about (another replica's jobs).
 _IDLE_POLL_S = 2.0
+# Error codes of a line that failed only for want of capacity and is run again: 503s by code;
+# every 429 but a spent budget (an upstream's rate-limit 429 often carries no code at all).
+_RETRYABLE_503 = frozenset({"backend_unavailable", "engine_unavailable", "overloaded"})
+_FINAL_429 = frozenset({"budget_exceeded", "insufficient_quota"})
+
+
+@dataclass(frozen=True, slots=True)
+class LineRetry:
+    """Backoff for retryable lines. The first wait is short (an engine restart takes seconds);
+    the cap is a rate-limit window (keys are limited per minute), so a throttled key's lines
+    keep trying about once a window."""
+
+    total_s: float  # ``batch.line_retry_s``
+    first_delay_s: float = 0.5
+    max_delay_s: float = 60.0
 
 
 class BatchRunner:
-    def __init__(self, store: BatchStore, execute: LineExecutor, max_concurrency: int) -> None:
+    def __init__(self, store: BatchStore, execute: LineExecutor, max_concurrency: int, retry: LineRetry,
+                 output_retention_s: int | None) -> None:
         self._store = store
         self._execute = execute
         self._max_concurrency = max_concurrency
+        self._retry = retry
+        # Output and error files expire this long after they are written (None: kept until deleted).
+        self._output_retention_s = output_retention_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._cancelled: set[str] = set()
@@ -123,12 +150,31 @@ class BatchRunner:
             self._inflight.pop(batch.id, None)
 
     async def _one(self, batch: BatchRecord, line: PendingLine) -> None:
-        res = await self._execute(line.body, batch.endpoint, batch.key_id)
+        res = await self._execute_with_retry(batch, line)
         result = output_line(line.custom_id, res.status, res.request_id, res.body)
         await self._store.complete_line(batch.id, line.index, result, is_error=res.status != 200)
 
+    async def _execute_with_retry(self, batch: BatchRecord, line: PendingLine) -> LineResult:
+        deadline = time.time() + self._retry.total_s
+        if batch.expires_at is not None:
+            deadline = min(deadline, batch.expires_at)
+        delay = self._retry.first_delay_s
+        while True:
+            res = await self._execute(line.body, batch.endpoint, batch.key_id)
+            if not retryable(res) or time.time() + delay > deadline:
+                return res
+            log.info("batch %s line %d: %d %s, retrying in %.1f s", batch.id, line.index, res.status,
+                     _code(res), delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._retry.max_delay_s)
+
     async def _finalize(self, batch_id: str, status: str, stamp: str) -> None:
-        """Write the output and error files (lines in input order) and the final status."""
+        """Write the output and error files (lines in input order) and the final status. The
+        files belong to the batch's owner and count toward its tenant's storage quota, but the
+        quota never fails a batch: its results are kept, and only new uploads are refused."""
+        owner = await self._store.get_batch(batch_id)
+        now = int(time.time())
+        expires_at = None if self._output_retention_s is None else now + self._output_retention_s
         outputs: dict[str, tuple[FileRecord, bytes] | None] = {}
         for col, is_error, suffix in (("output_file_id", False, "output"), ("error_file_id", True, "error")):
             lines = await self._store.finished_lines(batch_id, is_error)
@@ -136,10 +182,21 @@ class BatchRunner:
                 outputs[col] = None
                 continue
             content = b"\n".join(_normalize(x) for x in lines) + b"\n"
-            rec = FileRecord(new_file_id(), f"batch_{suffix}", f"{batch_id}_{suffix}.jsonl", len(content),
-                             int(time.time()))
+            rec = FileRecord(new_file_id(), f"batch_{suffix}", f"{batch_id}_{suffix}.jsonl", len(content), now,
+                             owner.key_id if owner else None, owner.tenant if owner else None, expires_at)
             outputs[col] = (rec, content)
         await self._store.finalize(batch_id, status, stamp, outputs)
+
+
+def _code(res: LineResult) -> str | None:
+    error = res.body.get("error")
+    return error.get("code") if isinstance(error, dict) else None
+
+
+def retryable(res: LineResult) -> bool:
+    """Whether a line's failure was for want of capacity (run it again later) rather than final."""
+    code = _code(res)
+    return (res.status == 503 and code in _RETRYABLE_503) or (res.status == 429 and code not in _FINAL_429)
 
 
 def _normalize(line: bytes) -> bytes:
@@ -148,4 +205,5 @@ def _normalize(line: bytes) -> bytes:
 
 
 def new_file_id() -> str:
-    return f"file-{uuid.uuid4().hex[:24]}"
+    """Time-ordered (creation nanoseconds first), so listing by creation is exact within a second."""
+    return f"file-{time.time_ns():016x}{uuid.uuid4().hex[:8]}"

@@ -7,9 +7,14 @@ from fastapi import APIRouter
 from blink.backends.registry import BackendRegistry
 from blink.gateway.batch.executor import BackendLineExecutor, UsageHook
 from blink.gateway.batch.routes import build_batch_router
-from blink.gateway.batch.runner import BatchRunner
+from blink.gateway.batch.runner import BatchRunner, LineRetry
 from blink.gateway.batch.store import BatchStore, postgres_batch_store, sqlite_batch_store
+from blink.gateway.batch.sweeper import FileSweeper
 from blink.throughput_config import BatchSettings
+
+# Boundaries, part headers and the small form fields of an upload: a few hundred bytes in
+# practice; 64 KiB leaves room for long file names without letting a body grow unbounded.
+_MULTIPART_OVERHEAD = 64 * 1024
 
 
 class BatchService:
@@ -17,14 +22,19 @@ class BatchService:
         self.store = store
         self.runner = runner
         self.router: APIRouter = build_batch_router(store, runner, settings)
-        # Uploads may exceed the server's per-request body limit (OpenAI allows 200 MB files).
-        self.body_limits = {"/v1/files": settings.max_file_bytes}
+        self.sweeper = FileSweeper(store, settings.sweep_interval_s)
+        # Uploads may exceed the server's per-request body limit (OpenAI allows 200 MB files); the
+        # multipart framing around the file is allowed on top. An upload whose content-length is
+        # over this is refused (413) before a byte of it is read; the route checks the file exactly.
+        self.body_limits = {"/v1/files": settings.max_file_bytes + _MULTIPART_OVERHEAD}
 
     async def start(self) -> None:
         await self.store.start()
         await self.runner.start()
+        await self.sweeper.start()
 
     async def aclose(self) -> None:
+        await self.sweeper.aclose()
         await self.runner.aclose()
         await self.store.aclose()
 
@@ -46,4 +56,6 @@ def build_batch_service(
 ) -> BatchService:
     store = build_batch_store(settings)
     execute = BackendLineExecutor(registry, max_tokens_limit, timeout_s, on_usage)
-    return BatchService(store, BatchRunner(store, execute, settings.max_concurrency), settings)
+    runner = BatchRunner(store, execute, settings.max_concurrency, LineRetry(total_s=settings.line_retry_s),
+                         settings.file_retention_s)
+    return BatchService(store, runner, settings)

@@ -20,6 +20,7 @@ from blink.gateway.cache.entry import CachedResponse
 from blink.gateway.cache.store import CacheStats
 from blink.gateway.cache.stores.memory import MemoryCacheStore
 from blink.gateway.cache.vector_index import DEFAULT_HNSW_THRESHOLD
+from blink.private_files import private_sqlite_path
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cache_entries (
@@ -55,8 +56,7 @@ class SQLiteCacheStore:
                 await self._run(self._open)
 
     def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        db = sqlite3.connect(private_sqlite_path(self.path), check_same_thread=False, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'NORMAL'}")
         db.execute(_SCHEMA)

@@ -1,0 +1,84 @@
+"""Batch lines that failed only because the backend was down or rate-limited are run again:
+a real upstream that answers 503 (then 429) for a while, then works, and the lines end 200."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+from batch_helpers import chat_line, jsonl, read_jsonl, wait_batch
+from live_server import LiveServer
+from upstream_server import FakeUpstream
+
+from blink.config import ModelSettings, Settings
+from blink.gateway.batch.executor import LineResult
+from blink.gateway.batch.runner import retryable
+from blink.serve import build_app
+from blink.throughput_config import BatchSettings
+
+LINES = 6
+
+
+@pytest.fixture(scope="module")
+def flaky() -> Iterator[FakeUpstream]:
+    up = FakeUpstream(tokens=4)
+    with LiveServer(up) as server:
+        up.base_url = f"{server.url}/v1"
+        yield up
+
+
+def _gateway(flaky: FakeUpstream, tmp: str, retry_s: float) -> LiveServer:
+    settings = Settings(
+        models=[ModelSettings(name="fake", kind="openai_http", base_url=flaky.base_url)],
+        batch=BatchSettings(path=f"{tmp}/batch.db", max_concurrency=2, line_retry_s=retry_s),
+    )
+    return LiveServer(build_app(settings))
+
+
+def _run(server: LiveServer) -> list[dict[str, object]]:
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    upload = client.files.create(file=("in.jsonl", jsonl([chat_line(f"l{i}", "hi", model="fake")
+                                                          for i in range(LINES)])), purpose="batch")
+    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h")
+    done = wait_batch(client, batch.id)
+    assert done.status == "completed"
+    return read_jsonl(client, done.output_file_id) + read_jsonl(client, done.error_file_id)
+
+
+def test_lines_failed_by_a_down_or_throttled_upstream_are_retried(flaky: FakeUpstream,
+                                                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    with _gateway(flaky, str(tmp_path_factory.mktemp("retry")), retry_s=120) as server:
+        before = len(flaky.requests)
+        flaky.fail_next = [503] * 5 + [429] * 2
+        lines = _run(server)
+    assert flaky.fail_next == []  # every failure was served...
+    assert len(flaky.requests) - before == LINES + 7  # ...and each failed attempt was run again
+    assert sorted(str(x["custom_id"]) for x in lines) == [f"l{i}" for i in range(LINES)]
+    assert {x["response"]["status_code"] for x in lines} == {200}  # type: ignore[index]
+
+
+def test_without_retry_time_a_down_upstream_is_a_final_503(flaky: FakeUpstream,
+                                                            tmp_path_factory: pytest.TempPathFactory) -> None:
+    with _gateway(flaky, str(tmp_path_factory.mktemp("noretry")), retry_s=0) as server:
+        flaky.fail_next = [503] * LINES
+        lines = _run(server)
+    statuses = [x["response"]["status_code"] for x in lines]  # type: ignore[index]
+    assert statuses == [503] * LINES
+
+
+@pytest.mark.parametrize(("status", "code", "again"), [
+    (503, "backend_unavailable", True),
+    (503, "engine_unavailable", True),
+    (429, "rate_limit_exceeded", True),
+    (429, None, True),  # an upstream's rate limit without a code
+    (429, "budget_exceeded", False),  # a spent budget does not come back in a minute
+    (429, "insufficient_quota", False),
+    (503, "overloaded", True),  # the server full for now
+    (500, "internal_error", False),
+    (400, "invalid_value", False),
+    (200, None, False),
+])
+def test_which_failures_are_retried(status: int, code: str | None, again: bool) -> None:
+    body = {"error": {"message": "m", "type": "t", "param": None, "code": code}} if status != 200 else {"id": "x"}
+    assert retryable(LineResult(status, "req", body)) is again
