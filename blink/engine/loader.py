@@ -129,7 +129,9 @@ class Checkpoint:
     """What building a model needs from a checkpoint, whatever its format."""
 
     architectures: list[str]
-    hf_config: Any
+    # Called once the architecture is known to be served: transformers cannot parse the config of
+    # a model type it has never heard of, and that must surface as "unsupported", not as a crash.
+    read_hf_config: Callable[[], Any]
     load_weights: Callable[[nn.Module], None]
 
 
@@ -144,12 +146,12 @@ def open_checkpoint(path: Path, trust_remote_code: bool = False) -> Checkpoint:
         config = gguf_loader.hf_config(reader)
         return Checkpoint(
             gguf_loader.architectures(reader),
-            config,
+            lambda: config,
             lambda model: load_tensors(model, gguf_loader.named_tensors(reader, config), path.name),
         )
     return Checkpoint(
         read_architectures(path),
-        read_hf_config(path, trust_remote_code),
+        lambda: read_hf_config(path, trust_remote_code),
         lambda model: load_weights(model, path),
     )
 

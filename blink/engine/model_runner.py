@@ -77,7 +77,7 @@ class ModelRunner:
         path = resolve_model_path(config.model, config.revision)
         checkpoint = open_checkpoint(path, config.trust_remote_code)
         factory = model_factory(checkpoint.architectures)
-        self.hf_config = checkpoint.hf_config
+        self.hf_config = checkpoint.read_hf_config()
         self.dtype = resolve_dtype(config.dtype, self.hf_config, path, self.device)
         self.kv_cache_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.device)
         self.max_model_len = model_max_len(self.hf_config, config.max_model_len)

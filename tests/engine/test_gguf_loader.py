@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from blink.engine.config import EngineConfig
-from blink.engine.errors import ModelNotAvailableError, UnsupportedModelError
+from blink.engine.errors import ModelLoadError, ModelNotAvailableError, UnsupportedModelError
 from blink.engine.gguf_loader import unpermute_rows
 from blink.engine.loader import resolve_model_path
 from blink.engine.model_runner import ModelRunner
@@ -141,3 +141,14 @@ def test_unsupported_architecture_is_a_clear_error(tmp_path: Path) -> None:
     writer.close()
     with pytest.raises(UnsupportedModelError, match="'phi2' is not supported"):
         _runner(file)
+
+
+def test_a_broken_file_is_a_load_error(tiny_qwen2: Path, tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"not a gguf file at all" * 10)
+    whole = export_gguf(tiny_qwen2, tmp_path / "whole.gguf", "F32")
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    for file in (garbage, truncated):
+        with pytest.raises(ModelLoadError, match="is not a readable GGUF file"):
+            _runner(file)
