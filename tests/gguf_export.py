@@ -8,6 +8,7 @@ package's own writer and quantizers, so the loader is tested against the format,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -39,6 +40,9 @@ _FILE_TYPES = {
     "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
     "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
     "Q4_1": gguf.LlamaFileType.MOSTLY_Q4_1,
+    "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+    "Q5_K": gguf.LlamaFileType.MOSTLY_Q5_K_M,
+    "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K,
 }
 
 
@@ -89,8 +93,16 @@ def _write_tokenizer(writer: gguf.GGUFWriter, hf_dir: Path, pre: str) -> None:
         writer.add_chat_template(tok.chat_template)
 
 
-def export_gguf(hf_dir: Path, out: Path, qtype: str = "F32", pre: str = "gpt-2") -> Path:
-    """Write ``hf_dir`` (a tiny llama/qwen2/qwen3 folder) as a GGUF file with matrices in ``qtype``."""
+Quantizer = Callable[[np.ndarray, gguf.GGMLQuantizationType], np.ndarray]
+
+
+def export_gguf(
+    hf_dir: Path, out: Path, qtype: str = "F32", pre: str = "gpt-2", quantize: Quantizer = gguf.quants.quantize
+) -> Path:
+    """Write ``hf_dir`` (a tiny llama/qwen2/qwen3 folder) as a GGUF file with matrices in ``qtype``.
+
+    ``quantize`` makes a matrix's raw blocks (gguf's own quantizer; tests of K-quants, which it
+    cannot write, pass one of their own)."""
     config = json.loads((hf_dir / "config.json").read_text())
     arch = config["model_type"]
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
@@ -129,7 +141,7 @@ def export_gguf(hf_dir: Path, out: Path, qtype: str = "F32", pre: str = "gpt-2")
         elif qt == gguf.GGMLQuantizationType.F16:
             writer.add_tensor(gguf_name(name), w.astype(np.float16))
         else:
-            writer.add_tensor(gguf_name(name), gguf.quants.quantize(w, qt), raw_dtype=qt)
+            writer.add_tensor(gguf_name(name), quantize(w, qt), raw_dtype=qt)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

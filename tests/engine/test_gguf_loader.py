@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -152,3 +153,42 @@ def test_a_broken_file_is_a_load_error(tiny_qwen2: Path, tmp_path: Path) -> None
     for file in (garbage, truncated):
         with pytest.raises(ModelLoadError, match="is not a readable GGUF file"):
             _runner(file)
+
+
+# Where each K-quant block keeps its float16 scales (d, and dmin where there is one): ggml's
+# block_q4_K / block_q5_K start with d, dmin; block_q6_K ends with d.
+_K_SCALE_OFFSETS = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+
+
+def _random_k_blocks(w: np.ndarray, qt: gguf.GGMLQuantizationType) -> np.ndarray:
+    """Valid random K-quant blocks for ``w``'s shape (gguf cannot quantize to K-quants), a pure
+    function of ``w`` so the file and the expected weights get the same blocks."""
+    block, size = gguf.GGML_QUANT_SIZES[qt]
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(w.tobytes()).digest()[:8], "little"))
+    blocks = rng.integers(0, 256, (w.shape[0], w.shape[1] // block, size), dtype=np.uint8)
+    for offset in _K_SCALE_OFFSETS[qt.name]:
+        blocks[..., offset : offset + 2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)
+    return blocks.reshape(w.shape[0], -1)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q5_K", "Q6_K"])
+def test_k_quant_matrices_load_as_the_files_values(
+    qtype: str, tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    """K-quants pack 256 weights per block: a Qwen2 (no Q/K permutation) 256 wide loads each matrix
+    as exactly the file's dequantized values."""
+    from blink.demo.tiny import build_tiny_checkpoint
+
+    hf_dir = build_tiny_checkpoint(tmp_path_factory.mktemp("wide-qwen2"), "qwen2", hidden_size=256, num_layers=1,
+                                   intermediate_size=512, tokenizer_dir=tiny_tokenizer_dir)
+    qt = gguf.GGMLQuantizationType[qtype]
+    file = export_gguf(hf_dir, tmp_path / "model.gguf", qtype, quantize=_random_k_blocks)
+    rounded = tmp_path / "rounded"
+    shutil.copytree(hf_dir, rounded)
+    weights = load_file(str(hf_dir / "model.safetensors"))
+    save_file({k: (torch.from_numpy(gguf.quants.dequantize(_random_k_blocks(v.numpy(), qt), qt))
+                   if v.ndim >= 2 else v) for k, v in weights.items()}, str(rounded / "model.safetensors"))
+    from_gguf, from_hf = _runner(file), _runner(rounded)
+    expected = dict(from_hf.model.named_parameters())
+    for name, param in from_gguf.model.named_parameters():
+        assert torch.isfinite(param).all() and torch.equal(param, expected[name]), name
