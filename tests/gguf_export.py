@@ -59,7 +59,7 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _write_tokenizer(writer: gguf.GGUFWriter, hf_dir: Path, pre: str) -> None:
+def _write_tokenizer(writer: gguf.GGUFWriter, hf_dir: Path, pre: str, add_bos: str | None = None) -> None:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(hf_dir))
@@ -88,7 +88,9 @@ def _write_tokenizer(writer: gguf.GGUFWriter, hf_dir: Path, pre: str) -> None:
     ):
         if token is not None:
             add(vocab[token])
-    writer.add_add_bos_token(False)
+    if add_bos is not None:
+        writer.add_bos_token_id(vocab[add_bos])
+    writer.add_add_bos_token(add_bos is not None)
     if tok.chat_template:
         writer.add_chat_template(tok.chat_template)
 
@@ -149,10 +151,11 @@ def export_gguf(
     return out
 
 
-def export_tokenizer_gguf(tokenizer_dir: Path, out: Path, pre: str) -> Path:
-    """A GGUF file holding only a tokenizer (what the tokenizer tests need)."""
+def export_tokenizer_gguf(tokenizer_dir: Path, out: Path, pre: str, add_bos: str | None = None) -> Path:
+    """A GGUF file holding only a tokenizer (what the tokenizer tests need); ``add_bos`` names a
+    token llama.cpp should put before every prompt."""
     writer = gguf.GGUFWriter(str(out), "llama")
-    _write_tokenizer(writer, tokenizer_dir, pre)
+    _write_tokenizer(writer, tokenizer_dir, pre, add_bos)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

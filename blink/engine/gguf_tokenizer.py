@@ -88,18 +88,27 @@ def load_gguf_tokenizer(path: Path) -> tuple[Any, list[int]]:
     control = [t for t, kind_ in zip(tokens, types, strict=False) if kind_ == _CONTROL]
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
 
-    def token(key: str) -> str | None:
+    def token_id(key: str) -> int | None:
         idx = field(reader, f"tokenizer.ggml.{key}")
-        return tokens[idx] if isinstance(idx, int) and 0 <= idx < len(tokens) else None
+        return idx if isinstance(idx, int) and 0 <= idx < len(tokens) else None
+
+    def token(key: str) -> str | None:
+        idx = token_id(key)
+        return None if idx is None else tokens[idx]
 
     bos, eos = token("bos_token_id"), token("eos_token_id")
-    add_bos = bool(field(reader, "tokenizer.ggml.add_bos_token", False)) and bos is not None
-    add_eos = bool(field(reader, "tokenizer.ggml.add_eos_token", False)) and eos is not None
-    if add_bos or add_eos:
-        single = ([f"{bos}:0"] if add_bos else []) + ["$A:0"] + ([f"{eos}:0"] if add_eos else [])
-        pair = single + ["$B:1"] + ([f"{eos}:1"] if add_eos else [])
-        specials = [(t, tokens.index(t)) for t in {bos if add_bos else None, eos if add_eos else None} if t]
-        tok.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
+    # llama.cpp adds BOS/EOS around a prompt when these flags say so; HF does it in a post-processor.
+    add = [(name, tok_id) for name, flag in (("bos", "add_bos_token"), ("eos", "add_eos_token"))
+           if field(reader, f"tokenizer.ggml.{flag}", False) and (tok_id := token_id(f"{name}_token_id")) is not None]
+    if add:
+        ids = dict(add)
+        before = [f"{tokens[ids['bos']]}:0"] if "bos" in ids else []
+        after = [f"{tokens[ids['eos']]}:0"] if "eos" in ids else []
+        tok.post_processor = processors.TemplateProcessing(
+            single=[*before, "$A:0", *after],
+            pair=[*before, "$A:0", *after, "$B:1", *(f"{t.rpartition(':')[0]}:1" for t in after)],
+            special_tokens=[(tokens[i], i) for i in set(ids.values())],
+        )
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
 

@@ -95,3 +95,14 @@ def test_unknown_pre_tokenizer_is_a_clear_error(tiny_tokenizer_dir: Path, tmp_pa
     file = export_tokenizer_gguf(tiny_tokenizer_dir, tmp_path / "tok.gguf", "made-up")
     with pytest.raises(UnsupportedModelError, match="pre-tokenizer 'made-up' is not supported"):
         Tokenizer.from_pretrained(file)
+
+
+def test_add_bos_token_puts_bos_before_prompts_not_chats(tiny_tokenizer_dir: Path, tmp_path: Path) -> None:
+    file = export_tokenizer_gguf(tiny_tokenizer_dir, tmp_path / "tok.gguf", "gpt-2", add_bos="<|endoftext|>")
+    rebuilt, reference = Tokenizer.from_pretrained(file), Tokenizer.from_pretrained(tiny_tokenizer_dir)
+    bos = reference.hf.convert_tokens_to_ids("<|endoftext|>")
+    assert rebuilt.encode(MIXED_TEXT) == [bos, *reference.encode(MIXED_TEXT)]
+    assert rebuilt.encode(MIXED_TEXT, add_special_tokens=False) == reference.encode(MIXED_TEXT)
+    assert rebuilt.decode(rebuilt.encode(MIXED_TEXT)) == reference.decode(reference.encode(MIXED_TEXT))
+    # The chat template places any BOS itself; none is added to a rendered chat.
+    assert rebuilt.apply_chat_template(MESSAGES) == reference.apply_chat_template(MESSAGES)
