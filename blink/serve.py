@@ -83,10 +83,11 @@ def _embedded(model: ModelSettings) -> Backend:
         ) from exc
     fallback = None
     if model.model == DEFAULT_EMBEDDED_MODEL:
-        # Only the default model falls back to the offline demo; a model the user named fails loudly.
-        from blink.demo.tiny import demo_model_dir
+        # Only the default model falls back (to SmolLM2 from PyPI, else the random demo model);
+        # a model the user named fails loudly.
+        from blink.demo.default_model import default_model_fallback
 
-        fallback = demo_model_dir
+        fallback = default_model_fallback
     backend: Backend = embedded.create_embedded_backend(model, fallback_model=fallback)
     return backend
 

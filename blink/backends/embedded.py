@@ -11,7 +11,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 from blink.backends.base import (
@@ -26,6 +25,7 @@ from blink.backends.base import (
 )
 from blink.backends.embedded_prompt import PromptEncoder
 from blink.backends.engine_supervisor import EngineSupervisor
+from blink.demo.default_model import FallbackModel
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig
 from blink.engine.errors import (
@@ -62,7 +62,7 @@ class EmbeddedBackend:
         name: str,
         config: EngineConfig,
         *,
-        fallback_model: Callable[[], Path] | None = None,
+        fallback_model: Callable[[], FallbackModel] | None = None,
         supervision: SupervisionSettings | None = None,
     ) -> None:
         self.name = name
@@ -83,14 +83,12 @@ class EmbeddedBackend:
             if self._fallback_model is None:
                 raise
             loop = asyncio.get_running_loop()
-            path = await loop.run_in_executor(None, self._fallback_model)
-            log.debug("model %s is not available offline (%s); serving the built-in tiny DEMO model "
-                        "(random weights) from %s", self.engine.config.model, exc, path)
+            fallback = await loop.run_in_executor(None, self._fallback_model)
+            log.debug("model %s is not available (%s); serving %s", self.engine.config.model, exc, fallback.path)
             print(f"blink: {self.engine.config.model!r} cannot be downloaded and is not cached; "
-                  f"serving the built-in tiny demo model (random weights, gibberish output) instead.",
-                  flush=True)
-            self.engine.config.model = str(path)
-            self.is_demo_model = True
+                  f"{fallback.note}.", flush=True)
+            self.engine.config.model = str(fallback.path)
+            self.is_demo_model = fallback.is_demo
             await self.engine.start()
         self.supervisor.start()
 
@@ -348,7 +346,8 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
     )
 
 
-def create_embedded_backend(ms: Any, *, fallback_model: Callable[[], Path] | None = None) -> EmbeddedBackend:
-    """Factory used by ``blink.serve``; ``fallback_model`` builds the offline demo model."""
+def create_embedded_backend(ms: Any, *, fallback_model: Callable[[], FallbackModel] | None = None) -> EmbeddedBackend:
+    """Factory used by ``blink.serve``; ``fallback_model`` gives the model served when ``ms.model``
+    cannot be had (blink.demo.default_model)."""
     return EmbeddedBackend(ms.name, engine_config_from_settings(ms), fallback_model=fallback_model,
                            supervision=getattr(ms, "supervision", None))

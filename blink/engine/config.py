@@ -10,7 +10,8 @@ from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
 
 @dataclass
 class EngineConfig:
-    # Hugging Face hub id or local folder with config.json + *.safetensors + tokenizer files.
+    # Hugging Face hub id, local folder with config.json + *.safetensors + tokenizer files, or a
+    # .gguf file (or a folder holding exactly one): blink/engine/gguf_loader.py.
     model: str
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
     device: str = "cpu"  # "cpu", "cuda", "cuda:0"

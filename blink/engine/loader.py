@@ -1,6 +1,7 @@
 """From a model name to a loaded model: resolve the checkpoint folder, pick the dtype, stream weights.
 
-A local folder is used as is. Anything else is a Hugging Face hub id fetched with
+A local folder is used as is; so is a ``.gguf`` file, or a folder holding exactly one (read by
+:mod:`blink.engine.gguf_loader`). Anything else is a Hugging Face hub id fetched with
 ``snapshot_download`` (only the files serving needs); failures surface as
 :class:`ModelNotAvailableError` so a caller can fall back (e.g. to the offline demo model).
 Weights stream tensor by tensor from safetensors into a model built on the meta device, so peak
@@ -10,7 +11,8 @@ memory is one copy of the weights plus one tensor.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +50,18 @@ def resolve_model_path(model: str, revision: str | None = None) -> Path:
     """A local checkpoint folder for ``model`` (a folder path or a hub id), downloading if needed."""
     if _looks_like_path(model):
         path = Path(model).expanduser()
-        if not (path / "config.json").is_file():
-            raise ModelNotAvailableError(f"{model!r} is not a model folder (no config.json found there)")
-        return path
+        if (path / "config.json").is_file():
+            return path
+        from blink.engine.gguf_loader import find_gguf, is_gguf
+
+        if is_gguf(path):
+            return path
+        single = find_gguf(path) if path.is_dir() else None
+        if single is None:
+            raise ModelNotAvailableError(
+                f"{model!r} is not a model folder (no config.json found there) nor a .gguf file"
+            )
+        return single
     return _download(model, revision)
 
 
@@ -111,6 +122,38 @@ def read_hf_config(path: Path, trust_remote_code: bool = False) -> Any:
         return AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     except (ValueError, KeyError, OSError) as exc:
         raise ModelLoadError(f"cannot read the model config in {path}: {exc}") from exc
+
+
+@dataclass
+class Checkpoint:
+    """What building a model needs from a checkpoint, whatever its format."""
+
+    architectures: list[str]
+    # Called once the architecture is known to be served: transformers cannot parse the config of
+    # a model type it has never heard of, and that must surface as "unsupported", not as a crash.
+    read_hf_config: Callable[[], Any]
+    load_weights: Callable[[nn.Module], None]
+
+
+def open_checkpoint(path: Path, trust_remote_code: bool = False) -> Checkpoint:
+    """A safetensors folder, or a GGUF file (opened once: reading its metadata is not cheap)."""
+    from blink.engine.gguf_loader import is_gguf
+
+    if is_gguf(path):
+        from blink.engine import gguf_loader
+
+        reader = gguf_loader.open_reader(path)
+        config = gguf_loader.hf_config(reader)
+        return Checkpoint(
+            gguf_loader.architectures(reader),
+            lambda: config,
+            lambda model: load_tensors(model, gguf_loader.named_tensors(reader, config), path.name),
+        )
+    return Checkpoint(
+        read_architectures(path),
+        lambda: read_hf_config(path, trust_remote_code),
+        lambda model: load_weights(model, path),
+    )
 
 
 def checkpoint_files(path: Path) -> list[Path]:
@@ -191,36 +234,44 @@ def _expected_shards(model: nn.Module, name: str) -> set[str | None]:
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
-    """Stream every checkpoint tensor into ``model``; raise if any parameter is left unfilled.
-
-    The model maps checkpoint names (``map_checkpoint_name``), which is where fused projections
-    and tied embeddings are handled.
-    """
+    """Stream every safetensors tensor of the checkpoint folder into ``model``."""
     from safetensors import safe_open
 
+    def tensors() -> Iterable[tuple[str, Callable[[], torch.Tensor]]]:
+        for file in checkpoint_files(path):
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for ckpt_name in f.keys():  # noqa: SIM118 (safe_open handles are not iterable)
+                    yield ckpt_name, lambda f=f, ckpt_name=ckpt_name: f.get_tensor(ckpt_name)
+
+    load_tensors(model, tensors(), str(path))
+
+
+def load_tensors(
+    model: nn.Module, tensors: Iterable[tuple[str, Callable[[], torch.Tensor]]], where: str
+) -> None:
+    """Place each (checkpoint name, tensor loader) in ``model``; raise if any parameter is left unfilled.
+
+    The model maps checkpoint names (``map_checkpoint_name``), which is where fused projections
+    and tied embeddings are handled. A tensor is read only once its name maps to a parameter.
+    """
     params = dict(model.named_parameters())
     filled: dict[str, set[str | None]] = {}
     mapper: Callable[[str], tuple[str, str | None] | None] = getattr(model, "map_checkpoint_name")  # noqa: B009
     with torch.no_grad():
-        for file in checkpoint_files(path):
-            with safe_open(str(file), framework="pt", device="cpu") as f:
-                for ckpt_name in f.keys():  # noqa: SIM118
-                    mapped = mapper(ckpt_name)
-                    if mapped is None:
-                        continue
-                    name, shard = mapped
-                    param = params.get(name)
-                    if param is None:
-                        raise ModelLoadError(
-                            f"{file.name}: unexpected weight {ckpt_name!r} for this architecture"
-                        )
-                    owner = model.get_submodule(name.rpartition(".")[0])
-                    tensor = f.get_tensor(ckpt_name)
-                    _copy_into(owner, param, tensor, shard, ckpt_name)
-                    filled.setdefault(name, set()).add(shard)
+        for ckpt_name, read in tensors:
+            mapped = mapper(ckpt_name)
+            if mapped is None:
+                continue
+            name, shard = mapped
+            param = params.get(name)
+            if param is None:
+                raise ModelLoadError(f"{where}: unexpected weight {ckpt_name!r} for this architecture")
+            owner = model.get_submodule(name.rpartition(".")[0])
+            _copy_into(owner, param, read(), shard, ckpt_name)
+            filled.setdefault(name, set()).add(shard)
     missing = [name for name in params if not _expected_shards(model, name) <= filled.get(name, set())]
     if missing:
-        raise ModelLoadError(f"checkpoint in {path} lacks weights for: {', '.join(missing[:8])}")
+        raise ModelLoadError(f"checkpoint in {where} lacks weights for: {', '.join(missing[:8])}")
 
 
 def _copy_into(

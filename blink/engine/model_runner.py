@@ -24,14 +24,7 @@ from blink.engine.kv_cache_dtype import has_scales, resolve_kv_cache_dtype
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
 from blink.engine.layers.linear_int8 import quantize_model
 from blink.engine.layers.packed_linear import prepack_model
-from blink.engine.loader import (
-    instantiate,
-    load_weights,
-    read_architectures,
-    read_hf_config,
-    resolve_dtype,
-    resolve_model_path,
-)
+from blink.engine.loader import instantiate, open_checkpoint, resolve_dtype, resolve_model_path
 from blink.engine.models.registry import CausalLM, model_factory
 
 if TYPE_CHECKING:
@@ -82,13 +75,14 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.block_size = config.block_size
         path = resolve_model_path(config.model, config.revision)
-        factory = model_factory(read_architectures(path))
-        self.hf_config = read_hf_config(path, config.trust_remote_code)
+        checkpoint = open_checkpoint(path, config.trust_remote_code)
+        factory = model_factory(checkpoint.architectures)
+        self.hf_config = checkpoint.read_hf_config()
         self.dtype = resolve_dtype(config.dtype, self.hf_config, path, self.device)
         self.kv_cache_dtype = resolve_kv_cache_dtype(config.kv_cache_dtype, self.dtype, self.device)
         self.max_model_len = model_max_len(self.hf_config, config.max_model_len)
         model = instantiate(factory, self.hf_config, self.max_model_len, self.dtype, self.device)
-        load_weights(model, path)
+        checkpoint.load_weights(model)
         model.requires_grad_(False).eval()
         self.quantization = config.quantization
         quantize_model(model, config.quantization)

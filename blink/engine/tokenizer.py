@@ -7,7 +7,8 @@ decoding go straight to the Rust ``tokenizers`` object when there is one: decodi
 window, the incremental detokenizer's hot path, measured 0.9 us there vs 3.0 us through
 ``PreTrainedTokenizerFast.decode``; encoding costs the same either way, so it stays on the HF path,
 which owns the BOS / special-token rules. ``clean_up_tokenization_spaces`` is deliberately not
-applied: it cannot be applied to a stream, and full and streamed text must agree.
+applied: it cannot be applied to a stream, and full and streamed text must agree. A ``.gguf`` file's
+tokenizer is rebuilt from its metadata (:mod:`blink.engine.gguf_tokenizer`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ class Tokenizer:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, trust_remote_code: bool = False) -> Tokenizer:
+        from blink.engine.gguf_loader import is_gguf
+
+        if is_gguf(Path(path)):
+            from blink.engine.gguf_tokenizer import load_gguf_tokenizer
+
+            gguf_hf, extra_eos = load_gguf_tokenizer(Path(path))
+            return cls(gguf_hf, extra_eos)
         from transformers import AutoTokenizer
 
         hf = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
