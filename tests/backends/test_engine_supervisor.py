@@ -154,5 +154,6 @@ def test_restarts_that_keep_failing_fail_health_and_requests_fast_until_one_succ
         while time.monotonic() < deadline and httpx.get(f"{server.url}/ready").status_code != 200:
             time.sleep(0.1)
         assert httpx.get(f"{server.url}/health").status_code == 200
-        res = _client(server.url).completions.create(model=MODEL, prompt="x", max_tokens=2)
+        res = _client(server.url).completions.create(model=MODEL, prompt="x", max_tokens=2,
+                                                   extra_body={"ignore_eos": True})
         assert res.usage is not None and res.usage.completion_tokens == 2
