@@ -89,7 +89,7 @@ def test_killed_engine_restarts_and_waiting_requests_succeed(served: tuple[str, 
     assert _gauge(url, "vllm:num_requests_running") == 0
     # A request sent now waits for the new core instead of failing.
     res = _client(url).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
-                                               max_tokens=3, temperature=0)
+                                               max_tokens=3, temperature=0, extra_body={"ignore_eos": True})
     assert res.usage is not None and res.usage.completion_tokens == 3
     assert httpx.get(f"{url}/ready").status_code == 200
     assert httpx.get(f"{url}/health").status_code == 200
