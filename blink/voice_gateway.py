@@ -61,9 +61,12 @@ class GatewayPathBackend:
         gen = await self.pipeline.run(self.key, req, Directives(demote_lane=True))
         # aclosing: when the voice pipeline drops this stream (barge-in), the backend's stream is
         # closed at once, which aborts the engine request, frees its KV blocks and the sequence lease.
-        async with contextlib.aclosing(gen.stream()) as deltas:  # type: ignore[type-var]
-            async for delta in deltas:
-                yield delta
+        try:
+            async with contextlib.aclosing(gen.stream()) as deltas:  # type: ignore[type-var]
+                async for delta in deltas:
+                    yield delta
+        finally:
+            gen.close()
 
     async def health(self) -> Health:
         return Health(ok=True)

@@ -15,7 +15,7 @@ it. Now there is one order, for everyone:
 run once the answer is complete (cache fill, token charge, cost, safety after-check). Callers
 only render it: ``GenerationResponse`` / ``CachedReplayResponse`` for HTTP, ``Generation.stream``
 for the voice socket and batch lines. The sequence lease taken at admission is given back when
-the response ends, however it ends.
+the response ends, however it ends (``Generation.close``, called by whoever renders it).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, Usage
+from blink.backends.base import Backend, Delta, GenerationRequest, Usage
 from blink.backends.registry import BackendRegistry
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import ApiKey, check_model_allowed
@@ -62,12 +62,14 @@ class Generation:
     admission: Admission
     # A cache hit to replay; then ``source`` is not to be called.
     replay: CachedResponse | None
-    # The backend to stream from (guarded, or the call opened during the lookup); holds the lease.
+    # The backend to stream from (guarded, or the call opened during the lookup).
     source: Backend
     # Run with the whole response once it was delivered in full; it only schedules work.
     on_complete: Callable[[ResponseAggregator], None] | None
     # Headers that need the whole response's usage (``x-blink-cost-usd``), or None.
     usage_headers: Callable[[Usage | None], list[tuple[bytes, bytes]]] | None
+    # The sequences held for this answer: whoever renders it calls ``close`` when it ends, however
+    # it ends (GenerationResponse's ``on_close``; ``stream`` below and its callers' ``finally``).
     lease: SequenceLease = NO_LEASE
 
     @property
@@ -75,29 +77,34 @@ class Generation:
         return self.admission.headers
 
     def close(self) -> None:
-        """Give the sequence lease back now (a replay, or a caller that never streams)."""
+        """Give the sequence lease back (idempotent: every end path may call it)."""
         self.lease.release()
 
     async def stream(self) -> AsyncIterator[Delta]:
         """The answer as deltas, for callers that are not an HTTP response (voice, batch).
 
         Runs the completion hooks after the last delta; closing it early (a barge-in, a cancelled
-        line) aborts the backend call and gives the lease back without them.
+        line) aborts the backend call and gives the lease back without them. A generator closed
+        before it ever ran runs no ``finally``: callers also call ``close`` in their own.
         """
-        if self.replay is not None:
+        try:
+            if self.replay is not None:
+                self.close()
+                for delta in cached_deltas(self.replay):
+                    yield delta
+                return
+            req = self.request
+            agg = ResponseAggregator(req.kind, req.options.n, req.options.logprobs) if self.on_complete else None
+            async with contextlib.aclosing(self.source.stream(req)) as deltas:  # type: ignore[type-var]
+                async for delta in deltas:
+                    if agg is not None:
+                        agg.add(delta)
+                    yield delta
+            self.close()  # before the hooks: the sequences are done once the last delta is in
+            if agg is not None and self.on_complete is not None:
+                self.on_complete(agg)
+        finally:
             self.close()
-            for delta in cached_deltas(self.replay):
-                yield delta
-            return
-        req = self.request
-        agg = ResponseAggregator(req.kind, req.options.n, req.options.logprobs) if self.on_complete else None
-        async with contextlib.aclosing(self.source.stream(req)) as deltas:  # type: ignore[type-var]
-            async for delta in deltas:
-                if agg is not None:
-                    agg.add(delta)
-                yield delta
-        if agg is not None and self.on_complete is not None:
-            self.on_complete(agg)
 
 
 class GenerationPipeline:
@@ -139,8 +146,7 @@ class GenerationPipeline:
             lease.release()
             return Generation(req, adm, replay, guarded, None, None)
         source: Backend = adm.head_start or guarded
-        return Generation(req, adm, None, _Leased(source, lease), front.on_complete(adm, req),
-                          front.usage_headers(adm), lease)
+        return Generation(req, adm, None, source, front.on_complete(adm, req), front.usage_headers(adm), lease)
 
     @staticmethod
     def _principal(key: ApiKey | None, model: str, directives: Directives) -> Admission:
@@ -194,61 +200,6 @@ class GenerationPipeline:
             key_id = adm.key.key_id if adm.key is not None else ANONYMOUS_KEY
             adm.headers += front.cost.cache_hit(key_id, adm.model, entry.prompt_tokens, entry.completion_tokens)
         return entry
-
-
-class _Leased:
-    """A backend whose stream gives the sequence lease back when it ends in any way.
-
-    The lease is released from the iterator's own end paths (exhausted, raised, ``aclose`` on a
-    disconnect or a cancelled line), not from a generator's ``finally``: an async generator that
-    was never started does not run its ``finally`` when closed, and a lease must not leak then.
-    """
-
-    def __init__(self, inner: Backend, lease: SequenceLease) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self._lease = lease
-
-    def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
-        if self._lease is NO_LEASE:
-            return self.inner.stream(req)
-        return _LeasedStream(self.inner.stream(req), self._lease)
-
-    async def health(self) -> Health:
-        return await self.inner.health()
-
-    def load(self) -> Load:
-        return self.inner.load()
-
-    async def start(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
-
-class _LeasedStream:
-    __slots__ = ("_it", "_lease")
-
-    def __init__(self, it: AsyncIterator[Delta], lease: SequenceLease) -> None:
-        self._it = it
-        self._lease = lease
-
-    def __aiter__(self) -> _LeasedStream:
-        return self
-
-    async def __anext__(self) -> Delta:
-        try:
-            return await anext(self._it)
-        except BaseException:  # the end (StopAsyncIteration), a failure or a cancellation
-            self._lease.release()
-            raise
-
-    async def aclose(self) -> None:
-        self._lease.release()
-        aclose = getattr(self._it, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 def _head_start(adm: Admission, backend: Backend, req: GenerationRequest) -> None:

@@ -19,7 +19,7 @@ from blink.gateway.generation_response import GenerationResponse
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.gateway.request_mapping import apply_routing_headers, chat_request, completion_request
 from blink.gateway.request_parsing import parse_json_object, validate
-from blink.obs import lap
+from blink.obs import annotate, lap
 from blink.obs.metrics import GatewayMetrics
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.completions import CompletionRequest
@@ -43,6 +43,9 @@ def build_router(
     async def generate(request: Request, schema: type[GenerationBody], to_request: RequestMapper) -> Response:
         """Parse and map the body, run it through the pipeline, render what it returns."""
         t0 = time.perf_counter()
+        principal: ApiKey | None = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
+        if principal is not None:  # first: a request refused by any check below is logged with its key
+            annotate(key_id=principal.key_id)
         raw = parse_json_object(await request.body())
         cache = GatewayFront.directives(raw, request.headers)
         body = validate(schema, raw)
@@ -51,7 +54,6 @@ def build_router(
         req = apply_routing_headers(
             to_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers
         )
-        principal: ApiKey | None = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
         gen = await pipeline.run(principal, req, Directives(cache))
         stream, include_usage = bool(body.stream), bool(body.stream_options and body.stream_options.include_usage)
         if gen.replay is not None:
@@ -68,6 +70,7 @@ def build_router(
             on_complete=gen.on_complete,
             extra_headers=gen.headers,
             usage_headers=gen.usage_headers,
+            on_close=gen.close,
         )
 
     @router.post("/v1/chat/completions")

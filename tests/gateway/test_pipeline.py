@@ -222,7 +222,13 @@ async def test_the_sequence_lease_is_given_back_on_every_end(pipeline: Generatio
     with pytest.raises(RateLimitError) as exc:
         await pipeline.run(key, _turn(priority=None), Directives())
     assert exc.value.code == "too_many_sequences"
-    await gen.source.stream(gen.request).aclose()  # type: ignore[attr-defined]  # closed before it started
+    await gen.stream().aclose()  # closed before it ever ran: its caller's close gives the lease back
+    gen.close()
+    assert pipeline.quota.in_flight(key.key_id) == 0
+    gen = await pipeline.run(key, _turn(priority=None), Directives())
+    deltas = gen.stream()
+    assert await anext(deltas)
+    await deltas.aclose()  # closed mid-answer (a barge-in): the generator's own finally
     assert pipeline.quota.in_flight(key.key_id) == 0
     gen = await pipeline.run(key, _turn(priority=None), Directives())
     assert "".join([d.text async for d in gen.stream() if d.text])  # read to the end

@@ -87,9 +87,12 @@ class PipelineLineExecutor:
             agg = ResponseAggregator(req.kind, req.options.n, req.options.logprobs)
             async with asyncio.timeout(self._timeout_s):
                 gen = await pipeline.run(key, req, Directives(cache, server_lane=BATCH_PRIORITY))
-                async with contextlib.aclosing(gen.stream()) as deltas:  # type: ignore[type-var]
-                    async for delta in deltas:
-                        agg.add(delta)
+                try:
+                    async with contextlib.aclosing(gen.stream()) as deltas:  # type: ignore[type-var]
+                        async for delta in deltas:
+                            agg.add(delta)
+                finally:
+                    gen.close()
             return LineResult(200, request_id, agg.render(request_id, req.model, int(time.time())), req.model,
                               agg.usage)
         except BlinkError as err:
