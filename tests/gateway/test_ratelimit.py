@@ -141,7 +141,8 @@ def test_two_gateway_processes_share_counts_through_redis(upstream: FakeUpstream
 @pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
 async def test_n_choices_count_as_n_requests(shared: bool, request: pytest.FixtureRequest) -> None:
     uri = request.getfixturevalue("redis_server").url if shared else "memory://"
-    limiter = RateLimiter(RateLimitSettings(requests_per_minute=4, storage_uri=uri))
+    # A generous store timeout and fail closed: a slow first Redis connection must not pass silently.
+    limiter = RateLimiter(RateLimitSettings(requests_per_minute=4, storage_uri=uri, timeout_s=10.0, fail_open=False))
     try:
         key = f"n-{time.time_ns()}"  # a fresh window on a shared Redis
         await limiter.admit(key, 0, 0, "m", 3)
