@@ -93,6 +93,10 @@ class ServerSettings(BaseModel):
     max_connections_per_client: int = Field(128, ge=0)
     # /dashboard/events viewers at once; more get 503 + retry-after (all share one snapshot a second).
     dashboard_max_viewers: int = Field(32, ge=1)
+    # Sequences (each of a request's ``n`` choices is one) an API key may run at once, for keys
+    # whose own ``max_sequences`` is 0; 0 turns the default off. 64 is one embedded engine's
+    # default ``max_num_seqs``: one key alone may fill an idle engine, never more.
+    max_sequences_per_key: int = Field(64, ge=0)
     # Upper bound on max_tokens / max_completion_tokens a client may ask for.
     max_tokens_limit: int = Field(32_768, ge=1)
     # Whole-request deadline handed to backends (seconds); None = no deadline.

@@ -14,8 +14,9 @@ from blink.backends.openai_http import OpenAIHTTPBackend
 from blink.backends.registry import BackendRegistry
 from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
 from blink.gateway.app import AppService, create_app
+from blink.gateway.batch.executor import PipelineLineExecutor
 from blink.gateway.cost_tracker import CostTracker, build_cost_tracker
-from blink.gateway.front import ANONYMOUS_KEY, GatewayFront
+from blink.gateway.front import GatewayFront
 from blink.gateway.front_builder import build_front_factory, build_key_store
 from blink.gateway.gc_tuning import tune_gc
 from blink.gateway.resilience.metrics import RouterCollector
@@ -116,15 +117,20 @@ def register_router_metrics(app: FastAPI, settings: Settings) -> None:
         app.state.metrics.registry.register(RouterCollector(routed))
 
 
-def build_services(settings: Settings, registry: BackendRegistry, cost: CostTracker | None = None) -> list[AppService]:
-    """Endpoint groups with their own lifecycle: cost accounting's ledger, the Batch API when enabled."""
+def build_services(
+    settings: Settings, registry: BackendRegistry, cost: CostTracker | None = None,
+    batch_executor: PipelineLineExecutor | None = None,
+) -> list[AppService]:
+    """Endpoint groups with their own lifecycle: cost accounting's ledger, the Batch API when enabled
+    (its lines run through ``batch_executor``, attached to the app's generation pipeline)."""
     services: list[AppService] = [cost] if cost is not None else []
     if settings.batch.enabled:
         from blink.gateway.batch.service import build_batch_service
 
-        on_usage = None if cost is None else (lambda key, model, usage: cost.charge(key or ANONYMOUS_KEY, model, usage))
-        services.append(build_batch_service(settings.batch, registry, settings.server.max_tokens_limit,
-                                            settings.server.request_timeout_s, on_usage))
+        if batch_executor is None:
+            batch_executor = PipelineLineExecutor(registry, settings.server.max_tokens_limit,
+                                                  settings.server.request_timeout_s)
+        services.append(build_batch_service(settings.batch, batch_executor))
     return services
 
 
@@ -154,6 +160,9 @@ def build_app(settings: Settings) -> FastAPI:
     key_store = build_key_store(settings)
     # /v1/voice: always routed (it says why when off); models load in the lifespan only when enabled.
     voice = VoiceService(settings.voice, registry, key_store)
+    # Batch lines run as the key that created the batch, through the same pipeline as HTTP.
+    batch_executor = PipelineLineExecutor(registry, settings.server.max_tokens_limit,
+                                          settings.server.request_timeout_s, key_store)
     app = create_app(
         registry,
         settings.server,
@@ -162,9 +171,10 @@ def build_app(settings: Settings) -> FastAPI:
         obs_settings=settings.obs,
         model_server=models,
         models_router=models_router,
-        services=[*build_services(settings, registry, cost), voice],
+        services=[*build_services(settings, registry, cost, batch_executor), voice],
     )
-    voice.attach(app.state.front, app.state.metrics.registry)
+    batch_executor.attach(app.state.pipeline)
+    voice.attach(app.state.pipeline, app.state.metrics.registry)
     register_router_metrics(app, settings)
     if models is not None:
         app.state.metrics.registry.register(ModelServerCollector(models))

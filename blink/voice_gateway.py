@@ -2,10 +2,12 @@
 
 blink/voice/ may not import the gateway, and the gateway knows nothing of voice; this adapter
 sits between them (serve.py wires it). Each session is authenticated like an HTTP request
-(the same API keys), and each of its turns passes what a chat completion passes: model
-permission, budget and rate limit (``GatewayFront.admit``), the exact and semantic cache, the
-router (routes are registry entries) and the safety guard, then fills the cache and charges
-tokens when the answer is complete.
+(the same API keys), and each of its turns is one call of the gateway's generation pipeline
+(``GenerationPipeline.run``), exactly what a chat completion makes: model permission, budget,
+sequence quota and rate limit, the safety guard, the exact and semantic cache, the router
+(routes are registry entries), then the cache fill and token charge when the answer is complete.
+A turn asks for the ``voice`` lane; a key without the ``priority:voice`` scope runs it at the
+default lane instead (the session works, it just does not jump the queue).
 
 The voice models (Whisper, Silero, espeak-ng) load in the app's lifespan only when
 ``voice.enabled``; when voice is off, or its extra is not installed, the endpoint accepts the
@@ -18,19 +20,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter
 from prometheus_client import CollectorRegistry
-from starlette.requests import Request
 from starlette.websockets import WebSocket
 
-from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard, Usage
+from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard
 from blink.backends.registry import BackendRegistry
-from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, KeyStore
-from blink.gateway.cache.stage import CacheDirectives
 from blink.gateway.front import GatewayFront
+from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.protocol.errors import AuthenticationError
 from blink.voice_config import VoiceSettings
 
@@ -44,40 +44,29 @@ _CLOSE_POLICY, _CLOSE_SERVER_ERROR = 1008, 1011
 
 
 class GatewayPathBackend:
-    """One session's turns as chat completions through the gateway's front, cache and router."""
+    """One session's turns as chat completions through the gateway's generation pipeline."""
 
     name = "gateway"
 
-    def __init__(self, registry: BackendRegistry, front: GatewayFront, conn: WebSocket) -> None:
+    def __init__(self, registry: BackendRegistry, pipeline: GenerationPipeline, key: ApiKey | None) -> None:
         self.registry = registry
-        self.front = front
-        # admit() reads only the connection's scope (the principal AuthMiddleware would have set).
-        self._conn = cast(Request, conn)
+        self.pipeline = pipeline
+        # The session's principal, checked again on every turn (limits and budget move between turns).
+        self.key = key
 
     def models(self) -> list[ModelCard]:
         return self.registry.model_cards()
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
-        backend = self.registry.resolve(req.model)
-        adm = await self.front.admit(self._conn, req.model, CacheDirectives())
-        if self.front.cache is not None:
-            adm.cache = await self.front.cache.lookup(req, adm.tenant, adm.directives)
-            if (entry := adm.cache.entry) is not None and entry.choices:
-                choice = entry.choices[0]
-                yield Delta(text=choice.text, finish_reason=choice.finish_reason or "stop",
-                            usage=Usage(entry.prompt_tokens, entry.completion_tokens))
-                return
-        done = self.front.on_complete(adm, req)
-        agg = ResponseAggregator(req.kind, 1, False) if done is not None else None
+        gen = await self.pipeline.run(self.key, req, Directives(demote_lane=True))
         # aclosing: when the voice pipeline drops this stream (barge-in), the backend's stream is
-        # closed at once, which aborts the engine request and frees its KV blocks.
-        async with contextlib.aclosing(self.front.guard(backend, req.model).stream(req)) as deltas:  # type: ignore[type-var]
-            async for delta in deltas:
-                if agg is not None:
-                    agg.add(delta)
-                yield delta
-        if done is not None and agg is not None:
-            done(agg)
+        # closed at once, which aborts the engine request, frees its KV blocks and the sequence lease.
+        try:
+            async with contextlib.aclosing(gen.stream()) as deltas:  # type: ignore[type-var]
+                async for delta in deltas:
+                    yield delta
+        finally:
+            gen.close()
 
     async def health(self) -> Health:
         return Health(ok=True)
@@ -98,19 +87,21 @@ class VoiceGate:
     def __init__(self, registry: BackendRegistry, key_store: KeyStore | None) -> None:
         self.registry = registry
         self.key_store = key_store
-        self.front: GatewayFront | None = None
+        self.pipeline: GenerationPipeline | None = None
 
     async def open(self, ws: WebSocket) -> Backend:
+        key: ApiKey | None = None
         if self.key_store is not None:
             secret = _presented_key(ws)
             if secret is None:
                 raise AuthenticationError("You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
                                           code="missing_api_key")
-            key: ApiKey | None = await self.key_store.alookup(secret)
+            key = await self.key_store.alookup(secret)
             if key is None:
                 raise AuthenticationError("Incorrect API key provided.")
             ws.scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = key
-        return GatewayPathBackend(self.registry, self.front or GatewayFront(), ws)
+        pipeline = self.pipeline or GenerationPipeline(self.registry, GatewayFront())
+        return GatewayPathBackend(self.registry, pipeline, key)
 
 
 def _presented_key(ws: WebSocket) -> str | None:
@@ -136,9 +127,9 @@ class VoiceService:
         self.router = APIRouter()
         self.router.add_api_websocket_route("/v1/voice", self.serve)
 
-    def attach(self, front: GatewayFront, metrics_registry: CollectorRegistry) -> None:
-        """The app's front and metrics registry, which exist only once the app is built."""
-        self.gate.front = front
+    def attach(self, pipeline: GenerationPipeline, metrics_registry: CollectorRegistry) -> None:
+        """The app's generation pipeline and metrics registry, which exist only once the app is built."""
+        self.gate.pipeline = pipeline
         self.metrics_registry = metrics_registry
 
     async def start(self) -> None:

@@ -16,7 +16,9 @@ from blink.gateway.errors import install_error_handlers
 from blink.gateway.fast_path import GatewayApp, GenerationFastPath, generation_handlers
 from blink.gateway.front import GatewayFront
 from blink.gateway.limits import BodyLimitMiddleware, ConcurrencyLimitMiddleware
+from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.routes import build_router
+from blink.gateway.sequence_quota import SequenceQuota
 from blink.modelserver.server import ModelServer
 from blink.obs.metrics import GatewayMetrics
 from blink.obs.middleware import ObservabilityMiddleware
@@ -76,7 +78,10 @@ def create_app(
     app.state.metrics = metrics
     app.state.obs = obs
     app.state.front = gateway_front
-    generation = build_router(registry, server_settings, metrics, gateway_front)
+    # The one generation pipeline: HTTP routes here, voice turns and batch lines via serve.py.
+    app.state.pipeline = pipeline = GenerationPipeline(
+        registry, gateway_front, SequenceQuota(server_settings.max_sequences_per_key))
+    generation = build_router(registry, server_settings, metrics, pipeline)
     app.include_router(generation)
     for service in services:
         app.include_router(service.router)

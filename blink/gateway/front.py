@@ -1,33 +1,28 @@
-"""The front stages a generation request passes before a backend: permission, rate limit, cache.
+"""The gateway's stages and their lifecycle: cache, rate limiter, safety, cost accounting.
 
-Authentication itself is ``AuthMiddleware`` (pure ASGI, 401 before the body is read); what
-needs the request body (the model, the cache key) happens here, called by the routes:
-``directives`` -> ``admit`` (403, 429) -> ``lookup`` (replay a hit) -> the backend, whose
-finished response ``on_complete`` hands to the cache fill and the token counter. Each stage is
-timed with the obs stage API (``blink_stage_duration_seconds{stage="ratelimit"|"cache"}``).
+Authentication itself is ``AuthMiddleware`` (pure ASGI, 401 before the body is read). The order
+in which a request passes these stages is not decided here but by ``GenerationPipeline``
+(pipeline.py), the one caller; this object owns the stages (start, close, drain) and the hooks
+that run once a response is complete (``on_complete``: cache fill, token charge, cost, safety
+after-check).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from starlette.datastructures import Headers
-from starlette.requests import Request
-from starlette.responses import Response
 
 from blink.backends.base import Backend, GenerationRequest, Usage
 from blink.gateway.aggregate import ResponseAggregator
-from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, check_model_allowed
+from blink.gateway.auth import ApiKey
 from blink.gateway.cache.head_start import HeadStart
-from blink.gateway.cache.replay import CachedReplayResponse
 from blink.gateway.cache.stage import CacheDirectives, CacheLookup, ResponseCache
 from blink.gateway.cost_tracker import CostTracker
 from blink.gateway.ratelimit import RateLimiter, RateLimitTicket
 from blink.gateway.safety.stage import SafetyStage
-from blink.obs import annotate, stage
 from blink.obs.redact import redact
 
 DEFAULT_TENANT = "default"
@@ -76,51 +71,6 @@ class GatewayFront:
     def directives(raw: dict[str, Any], headers: Headers) -> CacheDirectives:
         """Take the per-request cache switches; removes ``cache`` from the body (not an OpenAI field)."""
         return CacheDirectives.from_request(raw.pop("cache", None), headers.get("cache-control", ""))
-
-    async def admit(self, request: Request, model: str, directives: CacheDirectives) -> Admission:
-        key: ApiKey | None = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
-        check_model_allowed(key, model)
-        adm = Admission(key, key.tenant if key else DEFAULT_TENANT, model, directives)
-        if key is not None:
-            annotate(key_id=key.key_id)
-        if self.cost is not None:  # a spent monthly budget: 429 budget_exceeded, before the rate limit
-            self.cost.check(_key_id(adm))
-        if self.limiter is not None:
-            with stage("ratelimit"):
-                rpm, tpm = (key.requests_per_minute, key.tokens_per_minute) if key else (0, 0)
-                adm.ticket = await self.limiter.admit(key.key_id if key else ANONYMOUS_KEY, rpm, tpm, model)
-            adm.headers += adm.ticket.headers
-        return adm
-
-    async def lookup(
-        self, adm: Admission, req: GenerationRequest, *, stream: bool, include_usage: bool,
-        backend: Backend | None = None,
-    ) -> Response | None:
-        """A replay of a cached response, or None (then ``adm`` carries what the fill needs).
-
-        With ``cache.semantic.head_start`` and a ``backend``, its call opens while the embedding
-        runs (``adm.head_start``) and is dropped on a hit (head_start.py says what that costs).
-        """
-        cache = self.cache
-        if cache is None:
-            return None
-        head = backend is not None and cache.settings.semantic.head_start
-        try:
-            with stage("cache"):
-                adm.cache = await cache.lookup(req, adm.tenant, adm.directives,
-                                               partial(_head_start, adm, backend, req) if head else None)
-        except BaseException:
-            _drop_head_start(cache, adm)
-            raise
-        annotate(cache=adm.cache.outcome)
-        adm.headers += adm.cache.headers()
-        if adm.cache.entry is None:
-            return None
-        _drop_head_start(cache, adm)
-        if self.cost is not None:  # a hit costs nothing; what the backend would have cost is a saving
-            adm.headers += self.cost.cache_hit(_key_id(adm), adm.model, adm.cache.entry.prompt_tokens,
-                                               adm.cache.entry.completion_tokens)
-        return CachedReplayResponse(req, adm.cache.entry, stream=stream, include_usage=include_usage, headers=adm.headers)
 
     def guard(self, backend: Backend, model: str) -> Backend:
         """The backend as this model's safety mode wants it (wrapped in blocking mode)."""
@@ -175,14 +125,3 @@ class GatewayFront:
 
 def _key_id(adm: Admission) -> str:
     return adm.key.key_id if adm.key is not None else ANONYMOUS_KEY
-
-
-def _head_start(adm: Admission, backend: Backend, req: GenerationRequest) -> None:
-    adm.head_start = HeadStart(backend, req)
-
-
-def _drop_head_start(cache: ResponseCache, adm: Admission) -> None:
-    """A hit (or a failed lookup) makes the opened call useless: cancel it off the request path."""
-    if adm.head_start is not None:
-        cache.in_background(adm.head_start.discard())
-        adm.head_start = None

@@ -50,8 +50,12 @@ class GenerationResponse(Response):
         extra_headers: list[tuple[bytes, bytes]] | None = None,
         usage_headers: Callable[[Usage | None], list[tuple[bytes, bytes]]] | None = None,
         keepalive_s: float | None = _KEEPALIVE_S,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
+        # Called once the response ended in any way (delivered, failed, timed out, client gone):
+        # gives back what admission held for it (the key's sequence lease).
+        self._on_close = on_close
         # A stream whose first token takes longer than this starts with SSE comments (headers
         # sent, so a failure after that is an SSE error event rather than a JSON status).
         self._keepalive_s = keepalive_s
@@ -106,6 +110,8 @@ class GenerationResponse(Response):
         except TimeoutError:
             await self._fail(send, BackendTimeoutError(f"The request did not finish within {self._timeout_s:g} s."))
         finally:
+            if self._on_close is not None:
+                self._on_close()
             if stamp is not None:
                 stamp.close()
             aclose = getattr(it, "aclose", None)

@@ -6,7 +6,9 @@ errs or is slower, the request is admitted (``fail_open``, the default) or refus
 error is counted in ``blink_store_errors_total{store="ratelimit"}``, and the storage sits out a
 second before it is tried again. Request limits are checked and counted before the backend is
 called; token limits are checked before (a key already over its budget is refused) and
-counted after the response, with the real prompt + completion tokens.
+counted after the response, with the real prompt + completion tokens. A request for ``n``
+choices counts ``n`` requests: it is ``n`` generations for the backend, so ``n=20`` under a
+2-requests-per-minute key is refused, not admitted as one.
 """
 
 from __future__ import annotations
@@ -98,8 +100,9 @@ class RateLimiter:
             out.append(_Limit(RateLimitItemPerMinute(m.tokens_per_minute, namespace="blink-model-tok"), (model,), "tokens"))
         return out
 
-    async def admit(self, key_id: str, key_rpm: int, key_tpm: int, model: str) -> RateLimitTicket:
-        """Count one request; raise 429 (with ``retry-after`` and ``x-ratelimit-*``) when over."""
+    async def admit(self, key_id: str, key_rpm: int, key_tpm: int, model: str, sequences: int = 1) -> RateLimitTicket:
+        """Count one request of ``sequences`` choices (``n``) as that many requests; raise 429
+        (with ``retry-after`` and ``x-ratelimit-*``) when over."""
         limits = self._limit_sets.get((key_id, key_rpm, key_tpm, model))
         if limits is None:
             if len(self._limit_sets) >= _MAX_LIMIT_SETS:
@@ -109,11 +112,11 @@ class RateLimiter:
         if not limits:
             return ticket
         if self._local is not None:
-            return await self._admit_local(self._local, limits, ticket)
+            return await self._admit_local(self._local, limits, ticket, sequences)
         if time.monotonic() < self._down_until:
             return self._without_store(ticket)
         try:
-            return await asyncio.wait_for(self._admit(limits, ticket), self.settings.timeout_s)
+            return await asyncio.wait_for(self._admit(limits, ticket, sequences), self.settings.timeout_s)
         except RateLimitError:
             raise
         except Exception as exc:  # storage error or timeout: decided by fail_open, never a 500
@@ -135,16 +138,17 @@ class RateLimiter:
             code="ratelimit_store_unavailable", headers={"retry-after": "1"},
         )
 
-    async def _admit(self, limits: list[_Limit], ticket: RateLimitTicket) -> RateLimitTicket:
+    async def _admit(self, limits: list[_Limit], ticket: RateLimitTicket, sequences: int) -> RateLimitTicket:
         # Test every limit first so one that refuses never consumes another's slot; a lone request
         # limit needs no test (its hit checks and counts atomically): one Redis round trip fewer.
         if len(limits) > 1 or limits[0].kind != "requests":
-            oks = await self._each(self._limiter.test(lim.item, *lim.ids) for lim in limits)
+            oks = await self._each(self._limiter.test(lim.item, *lim.ids, cost=_cost(lim, sequences))
+                                   for lim in limits)
             for lim, ok in zip(limits, oks, strict=True):
                 if not ok:
                     raise await self._refusal(lim)
         for lim in limits:
-            if lim.kind == "requests" and not await self._limiter.hit(lim.item, *lim.ids):
+            if lim.kind == "requests" and not await self._limiter.hit(lim.item, *lim.ids, cost=sequences):
                 raise await self._refusal(lim)  # another replica took the last slot since the test
         shown: dict[str, _Limit] = {}
         for lim in limits:  # key limits come first, so the headers describe the key when it has one
@@ -153,15 +157,17 @@ class RateLimiter:
             ticket.headers += headers
         return ticket
 
-    async def _admit_local(self, window: LocalMovingWindow, limits: list[_Limit], ticket: RateLimitTicket) -> RateLimitTicket:
+    async def _admit_local(
+        self, window: LocalMovingWindow, limits: list[_Limit], ticket: RateLimitTicket, sequences: int
+    ) -> RateLimitTicket:
         """``_admit`` on the in-process window: the same steps, with no coroutine per window call
         (on every request's first-token path; a refusal takes the shared path)."""
         if len(limits) > 1 or limits[0].kind != "requests":
             for lim in limits:
-                if not window.test_now(lim.item, lim.ids):
+                if not window.test_now(lim.item, lim.ids, _cost(lim, sequences)):
                     raise await self._refusal(lim)
         for lim in limits:
-            if lim.kind == "requests" and not window.hit_now(lim.item, lim.ids):
+            if lim.kind == "requests" and not window.hit_now(lim.item, lim.ids, sequences):
                 raise await self._refusal(lim)
         shown: dict[str, _Limit] = {}
         for lim in limits:
@@ -220,6 +226,12 @@ class RateLimiter:
 
     async def aclose(self) -> None:
         await self.drain()
+
+
+def _cost(lim: _Limit, sequences: int) -> int:
+    """What admission tests against ``lim``: ``n`` requests; a token limit only needs room left
+    (its real cost, every choice's tokens, is charged after the response)."""
+    return sequences if lim.kind == "requests" else 1
 
 
 def _header_values(lim: _Limit, stats: WindowStats) -> list[tuple[bytes, bytes]]:

@@ -12,8 +12,11 @@ from starlette.responses import Response
 from blink.backends.base import GenerationRequest
 from blink.backends.registry import BackendRegistry
 from blink.config import ServerSettings
+from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey
+from blink.gateway.cache.replay import CachedReplayResponse
 from blink.gateway.front import GatewayFront
 from blink.gateway.generation_response import GenerationResponse
+from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.gateway.request_mapping import apply_routing_headers, chat_request, completion_request
 from blink.gateway.request_parsing import parse_json_object, validate
 from blink.obs import annotate, lap
@@ -30,43 +33,44 @@ def _json(obj: object, status: int = 200) -> Response:
 
 
 def build_router(
-    registry: BackendRegistry, settings: ServerSettings, metrics: GatewayMetrics, front: GatewayFront | None = None
+    registry: BackendRegistry, settings: ServerSettings, metrics: GatewayMetrics,
+    pipeline: GenerationPipeline | None = None,
 ) -> APIRouter:
     router = APIRouter()
-    front = front or GatewayFront()
+    pipeline = pipeline or GenerationPipeline(registry, GatewayFront())
     started = int(time.time())
 
     async def generate(request: Request, schema: type[GenerationBody], to_request: RequestMapper) -> Response:
-        """The one generation path both endpoints share: parse, resolve, admit, cache, generate."""
+        """Parse and map the body, run it through the pipeline, render what it returns."""
         t0 = time.perf_counter()
+        principal: ApiKey | None = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
+        if principal is not None:  # first: a request refused by any check below is logged with its key
+            annotate(key_id=principal.key_id)
         raw = parse_json_object(await request.body())
-        directives = front.directives(raw, request.headers)
+        cache = GatewayFront.directives(raw, request.headers)
         body = validate(schema, raw)
         lap("parse")
-        backend = registry.resolve(body.model)
         model = body.model or registry.default_model()
-        annotate(model=model, backend=backend.name)
-        lap("resolve")
-        admission = await front.admit(request, model, directives)
         req = apply_routing_headers(
             to_request(body, raw, model, settings.max_tokens_limit, settings.request_timeout_s), request.headers
         )
+        gen = await pipeline.run(principal, req, Directives(cache))
         stream, include_usage = bool(body.stream), bool(body.stream_options and body.stream_options.include_usage)
-        guarded = front.guard(backend, model)
-        cached = await front.lookup(admission, req, stream=stream, include_usage=include_usage, backend=guarded)
-        if cached is not None:
-            return cached
+        if gen.replay is not None:
+            return CachedReplayResponse(req, gen.replay, stream=stream, include_usage=include_usage,
+                                        headers=gen.headers)
         return GenerationResponse(
-            admission.head_start or guarded,
+            gen.source,
             req,
             stream=stream,
             include_usage=include_usage,
             t0=t0,
             metrics=metrics,
             timeout_s=settings.request_timeout_s,
-            on_complete=front.on_complete(admission, req),
-            extra_headers=admission.headers,
-            usage_headers=front.usage_headers(admission),
+            on_complete=gen.on_complete,
+            extra_headers=gen.headers,
+            usage_headers=gen.usage_headers,
+            on_close=gen.close,
         )
 
     @router.post("/v1/chat/completions")

@@ -25,6 +25,8 @@ from blink.config import (
     Settings,
 )
 from blink.gateway.auth import ApiKeyStore
+from blink.gateway.ratelimit import RateLimiter
+from blink.protocol.errors import RateLimitError
 from blink.serve import build_app
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -134,3 +136,20 @@ def test_two_gateway_processes_share_counts_through_redis(upstream: FakeUpstream
         for p in procs:
             p.terminate()
             p.wait(timeout=15)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
+async def test_n_choices_count_as_n_requests(shared: bool, request: pytest.FixtureRequest) -> None:
+    uri = request.getfixturevalue("redis_server").url if shared else "memory://"
+    # A generous store timeout and fail closed: a slow first Redis connection must not pass silently.
+    limiter = RateLimiter(RateLimitSettings(requests_per_minute=4, storage_uri=uri, timeout_s=10.0, fail_open=False))
+    try:
+        key = f"n-{time.time_ns()}"  # a fresh window on a shared Redis
+        await limiter.admit(key, 0, 0, "m", 3)
+        with pytest.raises(RateLimitError):  # 3 + 2 > 4: one request, but two generations
+            await limiter.admit(key, 0, 0, "m", 2)
+        await limiter.admit(key, 0, 0, "m", 1)  # the refusal took nothing
+        with pytest.raises(RateLimitError):
+            await limiter.admit(key, 0, 0, "m", 1)
+    finally:
+        await limiter.aclose()

@@ -161,11 +161,16 @@ class BatchRunner:
         delay = self._retry.first_delay_s
         while True:
             res = await self._execute(line.body, batch.endpoint, batch.key_id)
-            if not retryable(res) or time.time() + delay > deadline:
+            if not retryable(res):
+                return res
+            # A rate limit says when it frees up: wait that long, not a guess (backoff otherwise).
+            wait = _retry_after_s(res)
+            wait = delay if wait is None else min(wait, self._retry.max_delay_s)
+            if time.time() + wait > deadline:
                 return res
             log.info("batch %s line %d: %d %s, retrying in %.1f s", batch.id, line.index, res.status,
-                     _code(res), delay)
-            await asyncio.sleep(delay)
+                     _code(res), wait)
+            await asyncio.sleep(wait)
             delay = min(delay * 2, self._retry.max_delay_s)
 
     async def _finalize(self, batch_id: str, status: str, stamp: str) -> None:
@@ -191,6 +196,14 @@ class BatchRunner:
 def _code(res: LineResult) -> str | None:
     error = res.body.get("error")
     return error.get("code") if isinstance(error, dict) else None
+
+
+def _retry_after_s(res: LineResult) -> float | None:
+    value = res.headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:  # an HTTP-date or garbage: back off instead
+        return None
 
 
 def retryable(res: LineResult) -> bool:

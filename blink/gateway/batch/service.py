@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from blink.backends.registry import BackendRegistry
-from blink.gateway.batch.executor import BackendLineExecutor, UsageHook
+from blink.gateway.batch.executor import LineExecutor
 from blink.gateway.batch.routes import build_batch_router
 from blink.gateway.batch.runner import BatchRunner, LineRetry
 from blink.gateway.batch.store import BatchStore, postgres_batch_store, sqlite_batch_store
@@ -47,15 +46,9 @@ def build_batch_store(settings: BatchSettings) -> BatchStore:
     return sqlite_batch_store(settings.path)
 
 
-def build_batch_service(
-    settings: BatchSettings,
-    registry: BackendRegistry,
-    max_tokens_limit: int,
-    timeout_s: float | None,
-    on_usage: UsageHook | None = None,
-) -> BatchService:
+def build_batch_service(settings: BatchSettings, execute: LineExecutor) -> BatchService:
+    """``execute``: runs one line (the generation pipeline's ``PipelineLineExecutor``)."""
     store = build_batch_store(settings)
-    execute = BackendLineExecutor(registry, max_tokens_limit, timeout_s, on_usage)
     runner = BatchRunner(store, execute, settings.max_concurrency, LineRetry(total_s=settings.line_retry_s),
                          settings.file_retention_s)
     return BatchService(store, runner, settings)
