@@ -36,6 +36,21 @@ class _Second:
     batch: float | None = None
     kv: float | None = None
     running: float | None = None
+    # TTFT then ITL p50/p90/p99 in ms, kept once the second is over: its samples no longer change,
+    # so a snapshot sorts only the current second's instead of the whole window's.
+    summary: tuple[float | None, ...] | None = None
+
+
+_PERCENTILES = (50, 90, 99)
+
+
+def _summarize(s: _Second) -> tuple[float | None, ...]:
+    out: list[float | None] = []
+    for xs in (sorted(s.ttft), sorted(s.itl)):
+        for p in _PERCENTILES:
+            v = percentile(xs, p)
+            out.append(None if v is None else round(v * 1000.0, 3))
+    return tuple(out)
 
 
 def percentile(sorted_xs: list[float], p: float) -> float | None:
@@ -117,15 +132,20 @@ class LiveStats:
             "t", "ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99", "rps", "tps", "errors",
             "batch", "kv_usage", "running")}
         # Charts show the last 120 s (the whole window by default); the totals are counters.
+        empty = (None,) * (2 * len(_PERCENTILES))
         for sec in range(now - 119, now + 1):
             s = by_t.get(sec)
             series["t"].append(sec)
-            ttft = sorted(s.ttft) if s else []
-            itl = sorted(s.itl) if s else []
-            for name, xs in (("ttft", ttft), ("itl", itl)):
-                for p in (50, 90, 99):
-                    v = percentile(xs, p)
-                    series[f"{name}_p{p}"].append(None if v is None else round(v * 1000.0, 3))
+            if s is None:
+                row = empty
+            elif s.summary is not None:
+                row = s.summary
+            else:
+                row = _summarize(s)
+                if sec < now:  # closed: no sample can join it any more
+                    s.summary = row
+            for i, key in enumerate(("ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99")):
+                series[key].append(row[i])
             series["rps"].append(s.requests if s else 0)
             series["tps"].append(s.tokens if s else 0)
             series["errors"].append(s.errors if s else 0)

@@ -66,3 +66,28 @@ def test_live_stats_percentiles_and_window() -> None:
     snap = live.snapshot()
     assert len(snap["series"]["t"]) == 120 and sum(snap["series"]["rps"]) == 0
     assert percentile([], 50) is None and percentile([1.0], 99.9) == 1.0
+
+
+def test_live_stats_closed_seconds_keep_their_percentiles() -> None:
+    """A second's percentiles are computed once it is over (a snapshot re-sorts only the current
+    second); the series read the same before and after, and the current second stays live."""
+    now = [2000.0]
+    live = LiveStats(window_s=120, clock=lambda: now[0])
+
+    def add(ms: float) -> None:
+        t = RequestTrace(route="chat")
+        t.first_token = t.start + ms / 1000.0
+        t.end = t.first_token
+        live.add(t)
+
+    add(10)
+    add(30)
+    first = live.snapshot()["series"]["ttft_p99"][-1]
+    now[0] += 1
+    add(70)
+    snap = live.snapshot()["series"]
+    assert snap["ttft_p99"][-2] == first == pytest.approx(30.0, abs=0.5)
+    assert snap["ttft_p99"][-1] == pytest.approx(70.0, abs=0.5)
+    add(90)  # the current second still takes samples
+    assert live.snapshot()["series"]["ttft_p99"][-1] == pytest.approx(90.0, abs=0.5)
+    assert live.snapshot()["series"]["ttft_p99"][-2] == pytest.approx(30.0, abs=0.5)
