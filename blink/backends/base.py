@@ -11,6 +11,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 
+@dataclass(frozen=True, slots=True)
+class StructuredOutput:
+    """A constraint on the output's text: the grammar engine's input, kept as plain data.
+
+    ``spec`` is the JSON schema's JSON text, the regex, a JSON list of choices or an EBNF grammar
+    ("" for ``json_object``). Set by ``response_format`` / vLLM's ``guided_*`` and by forced tool
+    calls (``tool_choice: "required"`` or a named function).
+    """
+
+    kind: Literal["json_object", "json_schema", "regex", "choice", "grammar"]
+    spec: str
+
+
 @dataclass(slots=True)
 class SamplingOptions:
     """Sampling knobs as the OpenAI API (plus vLLM's widely used extras) names them."""
@@ -32,6 +45,7 @@ class SamplingOptions:
     min_tokens: int = 0
     ignore_eos: bool = False
     speculative: bool = True
+    structured: StructuredOutput | None = None
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -20,11 +21,16 @@ from blink.backends.base import (
     Load,
     ModelCard,
     SamplingOptions,
+    StructuredOutput,
     TokenLogprob,
     Usage,
 )
+from blink.backends.chat_messages import ChatInputs, chat_inputs
 from blink.backends.embedded_prompt import PromptEncoder
+from blink.backends.embedded_tools import ToolCallStream, ToolParserSetting, parser_factory
 from blink.backends.engine_supervisor import EngineSupervisor
+from blink.backends.tool_parsers import ParserName, detect_parser, needs_special_tokens
+from blink.backends.tool_plan import ToolPlan, forced_call_json, plan_tools
 from blink.demo.default_model import FallbackModel
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig
@@ -64,8 +70,11 @@ class EmbeddedBackend:
         *,
         fallback_model: Callable[[], FallbackModel] | None = None,
         supervision: SupervisionSettings | None = None,
+        tool_parser: ToolParserSetting = "auto",
     ) -> None:
         self.name = name
+        # How tool calls are read from this model's output ("auto": from its chat template).
+        self.tool_parser_setting = tool_parser
         self.engine = AsyncEngine(config)
         self.supervisor = EngineSupervisor(self.engine, supervision or SupervisionSettings(), name)
         self._fallback_model = fallback_model
@@ -141,6 +150,19 @@ class EmbeddedBackend:
             self._encoder = PromptEncoder(tok, limits.max_model_len)
         return self._encoder
 
+    def tool_parser(self) -> ParserName | None:
+        """The call format this model writes: the setting, or what its chat template shows."""
+        setting = self.tool_parser_setting
+        if setting == "none":
+            return None
+        if setting != "auto":
+            return setting
+        tok = self.engine.tokenizer
+        template = getattr(tok.hf, "chat_template", None) if tok is not None else None
+        if isinstance(template, dict):  # named templates ("default", "tool_use", ...)
+            template = "\n".join(str(t) for t in template.values())
+        return detect_parser(template if isinstance(template, str) else None)
+
     def _choice_slots(self, n: int) -> asyncio.Semaphore | None:
         """How many of one request's ``n`` choices may run in the engine at once (None: all).
 
@@ -181,9 +203,18 @@ class EmbeddedBackend:
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         await self.supervisor.wait_running()  # mid-restart: wait (bounded) rather than fail
         _refuse_unsupported(req)
-        prompt = await self._prompt_encoder().encode(req)
+        plan = plan_tools(req.raw) if req.kind == "chat" else None
+        parser = self.tool_parser()
+        factory = parser_factory(plan, parser)
+        chat = _chat_inputs(req, plan)
+        options = _tool_options(req.options, plan)
+        prompt = await self._prompt_encoder().encode(req, chat)
         n = max(1, req.options.n)
-        params = [self._params(req.options, len(prompt), i, req.priority) for i in range(n)]
+        params = [self._params(options, len(prompt), i, req.priority) for i in range(n)]
+        if factory is not None and plan is not None and not plan.forced and parser and needs_special_tokens(parser):
+            for p in params:
+                p.skip_special_tokens = False  # the call marker is a special token
+        tools = ToolCallStream(factory, plan) if factory is not None and plan is not None else None
         try:
             for p in params:
                 self.engine.check(prompt, p)
@@ -224,7 +255,11 @@ class EmbeddedBackend:
                     if remaining == 0:
                         usage.completion_tokens = tokens
                         delta.usage = usage
-                yield delta
+                if tools is None:
+                    yield delta
+                else:
+                    for part in tools.rewrite(delta):
+                        yield part
         except BlinkError:
             raise
         except EngineDeadError as exc:
@@ -303,6 +338,25 @@ def _refuse_unsupported(req: GenerationRequest) -> None:
                                   param="best_of", code="unsupported_parameter")
 
 
+def _chat_inputs(req: GenerationRequest, plan: ToolPlan | None) -> ChatInputs | None:
+    """The template's inputs for a chat: text-only messages, the tools, ``chat_template_kwargs``."""
+    if req.kind != "chat":
+        return None
+    kwargs = req.raw.get("chat_template_kwargs")
+    return chat_inputs(req.messages or [], plan.tools if plan is not None else None,
+                       kwargs if isinstance(kwargs, dict) else None)
+
+
+def _tool_options(options: SamplingOptions, plan: ToolPlan | None) -> SamplingOptions:
+    """A forced call (``required`` / a named function) is a JSON schema for the grammar engine."""
+    if plan is None or not plan.forced:
+        return options
+    if options.structured is not None:
+        raise InvalidRequestError("A forced 'tool_choice' cannot be combined with 'response_format' or "
+                                  "another output constraint.", param="tool_choice", code="invalid_value")
+    return dataclasses.replace(options, structured=StructuredOutput("json_schema", forced_call_json(plan)))
+
+
 def _engine_priority(priority: str | None) -> str:
     """The gateway's class name -> the engine's; unset and the gateway's ``normal`` are interactive."""
     return priority if priority in PRIORITY_RANK else "interactive"
@@ -350,4 +404,5 @@ def create_embedded_backend(ms: Any, *, fallback_model: Callable[[], FallbackMod
     """Factory used by ``blink.serve``; ``fallback_model`` gives the model served when ``ms.model``
     cannot be had (blink.demo.default_model)."""
     return EmbeddedBackend(ms.name, engine_config_from_settings(ms), fallback_model=fallback_model,
-                           supervision=getattr(ms, "supervision", None))
+                           supervision=getattr(ms, "supervision", None),
+                           tool_parser=getattr(ms, "tool_parser", "auto"))

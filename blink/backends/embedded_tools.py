@@ -1,0 +1,113 @@
+"""Tool calls for the embedded engine: which parser reads a request's output, and OpenAI deltas.
+
+A request with tools and ``tool_choice: auto`` is read by the model's own format parser
+(``tool_parsers``); a forced call (``required`` / a named function) was constrained by the
+grammar to one JSON value, which is read directly; ``tool_choice: none`` offers the tools to the
+template but parses nothing (vLLM's behaviour). Calls go out as OpenAI streams them: a first
+delta with ``index``, ``id``, ``type`` and ``function.name``, then the arguments; the choice then
+ends with ``finish_reason: "tool_calls"`` (``"stop"`` for a named function, as OpenAI does).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from random import getrandbits
+from typing import Any, Literal
+
+from blink.backends.base import Delta
+from blink.backends.tool_parsers import ParsedCall, ParserName, ToolCallParser, call_from_object, make_parser
+from blink.backends.tool_plan import ToolPlan
+from blink.protocol.errors import InvalidRequestError
+
+ToolParserSetting = Literal["auto", "hermes", "llama3_json", "mistral", "none"]
+
+
+class ForcedCallParser:
+    """The grammar made the whole output one JSON value (a call object, or a list of them)."""
+
+    def __init__(self) -> None:
+        self._buf: list[str] = []
+
+    def feed(self, text: str) -> tuple[str, list[ParsedCall]]:
+        self._buf.append(text)
+        return "", []
+
+    def finish(self) -> tuple[str, list[ParsedCall]]:
+        text = "".join(self._buf)
+        self._buf = []
+        try:
+            value = json.loads(text)
+        except ValueError:  # cut short (max_tokens): what was written is content
+            return text, []
+        items = value if isinstance(value, list) else [value]
+        calls = [call_from_object(v, ("arguments",)) for v in items]
+        if not calls or any(c is None for c in calls):
+            return text, []
+        return "", [c for c in calls if c is not None]
+
+
+def parser_factory(plan: ToolPlan | None, parser: ParserName | None) -> Callable[[], ToolCallParser] | None:
+    """How this request's output is read for calls; None when it is plain content.
+
+    ``InvalidRequestError`` for ``tool_choice: auto`` on a model with no known call format: the
+    tools would reach the prompt but no call could ever come back.
+    """
+    if plan is None or plan.mode == "none":
+        return None
+    if plan.forced:
+        return ForcedCallParser
+    if parser is None:
+        raise InvalidRequestError(
+            "'tool_choice': 'auto' needs a tool-call parser, and this model's chat template shows no known "
+            "tool-call format; set the model's 'tool_parser' (hermes, llama3_json, mistral), or use "
+            "'tool_choice': 'required' or a named function.",
+            param="tool_choice", code="unsupported_parameter")
+    return lambda: make_parser(parser)
+
+
+class ToolCallStream:
+    """Rewrites one request's deltas (all its choices): content stays text, calls become
+    ``tool_calls`` fragments, and a choice that called a tool ends with the tool-call reason."""
+
+    def __init__(self, factory: Callable[[], ToolCallParser], plan: ToolPlan) -> None:
+        self._factory = factory
+        self._max_calls = 1 if (plan.mode == "named" or not plan.parallel) else None
+        self._finish = "stop" if plan.mode == "named" else "tool_calls"
+        self._parsers: dict[int, ToolCallParser] = {}
+        self._emitted: dict[int, int] = {}
+
+    def rewrite(self, d: Delta) -> list[Delta]:
+        parser = self._parsers.get(d.index)
+        if parser is None:
+            parser = self._parsers[d.index] = self._factory()
+        content, calls = parser.feed(d.text)
+        if d.finish_reason is not None:
+            late_content, late_calls = parser.finish()
+            content += late_content
+            calls += late_calls
+        emitted = self._emitted.get(d.index, 0)
+        if self._max_calls is not None:
+            calls = calls[: max(0, self._max_calls - emitted)]
+        if (emitted or calls) and not content.strip():
+            content = ""  # the whitespace between and after calls is not an answer
+        out = [Delta(index=d.index, text=content, token_ids=d.token_ids, logprobs=d.logprobs)]
+        for k, call in enumerate(calls):
+            out += _call_deltas(d.index, emitted + k, call)
+        self._emitted[d.index] = emitted + len(calls)
+        for delta in out[:-1]:
+            delta.more = True
+        last = out[-1]
+        last.more = d.more
+        last.usage = d.usage
+        last.finish_reason = d.finish_reason
+        if d.finish_reason == "stop" and self._emitted[d.index]:
+            last.finish_reason = self._finish
+        return out
+
+
+def _call_deltas(choice: int, index: int, call: ParsedCall) -> list[Delta]:
+    head: dict[str, Any] = {"index": index, "id": f"call_{getrandbits(96):024x}", "type": "function",
+                            "function": {"name": call.name, "arguments": ""}}
+    args: dict[str, Any] = {"index": index, "function": {"arguments": call.arguments}}
+    return [Delta(index=choice, tool_calls=[head]), Delta(index=choice, tool_calls=[args])]
