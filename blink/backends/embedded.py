@@ -332,6 +332,11 @@ def _refuse_unsupported(req: GenerationRequest) -> None:
     if req.raw.get("logit_bias"):
         raise InvalidRequestError("'logit_bias' is not supported by this model's engine.",
                                   param="logit_bias", code="unsupported_parameter")
+    for legacy in ("functions", "function_call"):
+        if req.raw.get(legacy) is not None:
+            raise InvalidRequestError(f"'{legacy}' (OpenAI's deprecated function calling) is not supported by this "
+                                      "model's engine; use 'tools' and 'tool_choice'.",
+                                      param=legacy, code="unsupported_parameter")
     best_of = req.raw.get("best_of")
     if best_of is not None and best_of != req.options.n:
         raise InvalidRequestError("'best_of' other than 'n' is not supported by this model's engine.",

@@ -100,3 +100,33 @@ def test_auto_without_a_known_format_is_refused() -> None:
     assert parser_factory(None, "hermes") is None
     factory = parser_factory(plan, "hermes")
     assert factory is not None and isinstance(factory(), HermesParser)
+
+
+def test_wire_shape_is_what_the_openai_sdk_reads() -> None:
+    """The SSE chunks and the whole body, as the gateway encodes them, validate as the SDK's types."""
+    import orjson
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    from blink.gateway.streaming import ChunkEncoder
+
+    deltas = _feed(_stream({}), "Checking. " + CALLS, step=5)
+    enc = ChunkEncoder("chat", "chatcmpl-1", "m", 0, include_usage=False)
+    chunks = [ChatCompletionChunk.model_validate(orjson.loads(b[6:])) for d in deltas
+              if (b := enc.encode(d)) is not None]
+    content = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assembled: dict[int, list[str]] = {}
+    for c in chunks:
+        for frag in c.choices[0].delta.tool_calls or []:
+            slot = assembled.setdefault(frag.index, ["", ""])
+            slot[0] += (frag.function.name or "") if frag.function else ""
+            slot[1] += (frag.function.arguments or "") if frag.function else ""
+    assert content == "Checking. "
+    assert {k: (n, json.loads(a)) for k, (n, a) in assembled.items()} == {0: ("f", {"a": 1}), 1: ("g", {})}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    agg = ResponseAggregator("chat", 1, False)
+    for d in deltas:
+        agg.add(d)
+    whole = ChatCompletion.model_validate(agg.render("chatcmpl-1", "m", 0))
+    calls = whole.choices[0].message.tool_calls
+    assert whole.choices[0].message.content == "Checking. " and calls is not None
+    assert [c.function.name for c in calls] == ["f", "g"]  # type: ignore[union-attr]

@@ -105,6 +105,7 @@ def test_guidellm_request_shape_streams(url: str) -> None:
     ({"messages": ASK, "tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools[0].type"),
     ({"messages": ASK, "tool_choice": "required"}, "tool_choice"),
     ({"messages": ASK, "extra_body": {"chat_template_kwargs": {"tokenize": True}}}, "chat_template_kwargs.tokenize"),
+    ({"messages": ASK, "functions": [WEATHER["function"]]}, "functions"),
 ])
 def test_refusals_name_the_field(url: str, kw: dict[str, Any], param: str) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
