@@ -27,7 +27,13 @@ from blink.backends.base import (
 )
 from blink.backends.chat_messages import ChatInputs, chat_inputs
 from blink.backends.embedded_prompt import PromptEncoder
-from blink.backends.embedded_tools import ToolCallStream, ToolParserSetting, parser_factory
+from blink.backends.embedded_tools import (
+    ToolCallStream,
+    ToolParserSetting,
+    mistral_call_id,
+    openai_call_id,
+    parser_factory,
+)
 from blink.backends.engine_supervisor import EngineSupervisor
 from blink.backends.tool_parsers import ParserName, detect_parser, needs_special_tokens
 from blink.backends.tool_plan import ToolPlan, forced_call_json, plan_tools
@@ -214,7 +220,9 @@ class EmbeddedBackend:
         if factory is not None and plan is not None and not plan.forced and parser and needs_special_tokens(parser):
             for p in params:
                 p.skip_special_tokens = False  # the call marker is a special token
-        tools = ToolCallStream(factory, plan) if factory is not None and plan is not None else None
+        tools = None
+        if factory is not None and plan is not None:
+            tools = ToolCallStream(factory, plan, mistral_call_id if parser == "mistral" else openai_call_id)
         try:
             for p in params:
                 self.engine.check(prompt, p)

@@ -11,8 +11,9 @@ ends with ``finish_reason: "tool_calls"`` (``"stop"`` for a named function, as O
 from __future__ import annotations
 
 import json
+import string
 from collections.abc import Callable
-from random import getrandbits
+from random import choices, getrandbits
 from typing import Any, Literal
 
 from blink.backends.base import Delta
@@ -21,6 +22,18 @@ from blink.backends.tool_plan import ToolPlan
 from blink.protocol.errors import InvalidRequestError
 
 ToolParserSetting = Literal["auto", "hermes", "llama3_json", "mistral", "none"]
+_ALNUM = string.ascii_letters + string.digits
+
+
+def openai_call_id() -> str:
+    """``call_`` + 24 hex digits, the shape OpenAI's ids have (unique, not secret)."""
+    return f"call_{getrandbits(96):024x}"
+
+
+def mistral_call_id() -> str:
+    """Nine letters and digits: Mistral's chat templates refuse any other id when the client sends
+    the call back in the next turn."""
+    return "".join(choices(_ALNUM, k=9))
 
 
 class ForcedCallParser:
@@ -70,8 +83,10 @@ class ToolCallStream:
     """Rewrites one request's deltas (all its choices): content stays text, calls become
     ``tool_calls`` fragments, and a choice that called a tool ends with the tool-call reason."""
 
-    def __init__(self, factory: Callable[[], ToolCallParser], plan: ToolPlan) -> None:
+    def __init__(self, factory: Callable[[], ToolCallParser], plan: ToolPlan,
+                 new_id: Callable[[], str] = openai_call_id) -> None:
         self._factory = factory
+        self._new_id = new_id
         self._max_calls = 1 if (plan.mode == "named" or not plan.parallel) else None
         self._finish = "stop" if plan.mode == "named" else "tool_calls"
         self._parsers: dict[int, ToolCallParser] = {}
@@ -93,7 +108,7 @@ class ToolCallStream:
             content = ""  # the whitespace between and after calls is not an answer
         out = [Delta(index=d.index, text=content, token_ids=d.token_ids, logprobs=d.logprobs)]
         for k, call in enumerate(calls):
-            out += _call_deltas(d.index, emitted + k, call)
+            out += _call_deltas(d.index, emitted + k, call, self._new_id())
         self._emitted[d.index] = emitted + len(calls)
         for delta in out[:-1]:
             delta.more = True
@@ -106,8 +121,8 @@ class ToolCallStream:
         return out
 
 
-def _call_deltas(choice: int, index: int, call: ParsedCall) -> list[Delta]:
-    head: dict[str, Any] = {"index": index, "id": f"call_{getrandbits(96):024x}", "type": "function",
+def _call_deltas(choice: int, index: int, call: ParsedCall, call_id: str) -> list[Delta]:
+    head: dict[str, Any] = {"index": index, "id": call_id, "type": "function",
                             "function": {"name": call.name, "arguments": ""}}
     args: dict[str, Any] = {"index": index, "function": {"arguments": call.arguments}}
     return [Delta(index=choice, tool_calls=[head]), Delta(index=choice, tool_calls=[args])]

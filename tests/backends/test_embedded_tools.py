@@ -130,3 +130,14 @@ def test_wire_shape_is_what_the_openai_sdk_reads() -> None:
     calls = whole.choices[0].message.tool_calls
     assert whole.choices[0].message.content == "Checking. " and calls is not None
     assert [c.function.name for c in calls] == ["f", "g"]  # type: ignore[union-attr]
+
+
+def test_call_ids_follow_the_model_family() -> None:
+    from blink.backends.embedded_tools import mistral_call_id, openai_call_id
+
+    plan = plan_tools({"tools": TOOLS})
+    assert plan is not None
+    stream = ToolCallStream(lambda: HermesParser(), plan, mistral_call_id)
+    ids = [d.tool_calls[0]["id"] for d in _feed(stream, CALLS) if d.tool_calls and "id" in d.tool_calls[0]]
+    assert len(ids) == 2 and all(len(i) == 9 and i.isalnum() for i in ids)
+    assert openai_call_id().startswith("call_") and len(openai_call_id()) == 29

@@ -18,6 +18,7 @@ import orjson
 import pytest
 from live_server import LiveServer
 
+from blink.backends.embedded import EmbeddedBackend
 from blink.config import ModelSettings, ServerSettings, Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
@@ -30,14 +31,35 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def url(tiny_qwen2: Path) -> Iterator[str]:
+def served(tiny_qwen2: Path) -> Iterator[tuple[str, EmbeddedBackend]]:
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
         models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=1024)],
     )
-    with LiveServer(create_app(build_registry(settings), settings.server)) as server:
-        yield server.url
+    registry = build_registry(settings)
+    backend = registry.resolve(MODEL)
+    assert isinstance(backend, EmbeddedBackend)
+    with LiveServer(create_app(registry, settings.server)) as server:
+        yield server.url, backend
+
+
+@pytest.fixture
+def url(served: tuple[str, EmbeddedBackend]) -> str:
+    return served[0]
+
+
+def test_the_parser_comes_from_the_template_or_the_setting(served: tuple[str, EmbeddedBackend]) -> None:
+    url, backend = served
+    assert backend.tool_parser() == "hermes"  # the tiny template teaches <tool_call>
+    backend.tool_parser_setting = "none"
+    try:
+        with pytest.raises(openai.BadRequestError) as exc:
+            _create(url, messages=ASK, tools=[WEATHER])
+        assert _param(exc.value) == "tool_choice"
+        assert _create(url, messages=ASK, tools=[WEATHER], tool_choice="none").choices
+    finally:
+        backend.tool_parser_setting = "auto"
 
 
 def _client(url: str) -> openai.OpenAI:
