@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -21,22 +20,13 @@ from blink.backends.base import (
     Load,
     ModelCard,
     SamplingOptions,
-    StructuredOutput,
     TokenLogprob,
     Usage,
 )
-from blink.backends.chat_messages import ChatInputs, chat_inputs
 from blink.backends.embedded_prompt import PromptEncoder
-from blink.backends.embedded_tools import (
-    ToolCallStream,
-    ToolParserSetting,
-    mistral_call_id,
-    openai_call_id,
-    parser_factory,
-)
+from blink.backends.embedded_tools import ToolParserSetting, prepare_tools
 from blink.backends.engine_supervisor import EngineSupervisor
-from blink.backends.tool_parsers import ParserName, detect_parser, needs_special_tokens
-from blink.backends.tool_plan import ToolPlan, forced_call_json, plan_tools
+from blink.backends.tool_parsers import ParserName, detect_parser
 from blink.demo.default_model import FallbackModel
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig
@@ -209,20 +199,14 @@ class EmbeddedBackend:
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         await self.supervisor.wait_running()  # mid-restart: wait (bounded) rather than fail
         _refuse_unsupported(req)
-        plan = plan_tools(req.raw) if req.kind == "chat" else None
-        parser = self.tool_parser()
-        factory = parser_factory(plan, parser)
-        chat = _chat_inputs(req, plan)
-        options = _tool_options(req.options, plan)
-        prompt = await self._prompt_encoder().encode(req, chat)
+        setup = prepare_tools(req, self.tool_parser)
+        prompt = await self._prompt_encoder().encode(req, setup.chat)
         n = max(1, req.options.n)
-        params = [self._params(options, len(prompt), i, req.priority) for i in range(n)]
-        if factory is not None and plan is not None and not plan.forced and parser and needs_special_tokens(parser):
+        params = [self._params(setup.options, len(prompt), i, req.priority) for i in range(n)]
+        if setup.keep_special_tokens:
             for p in params:
                 p.skip_special_tokens = False  # the call marker is a special token
-        tools = None
-        if factory is not None and plan is not None:
-            tools = ToolCallStream(factory, plan, mistral_call_id if parser == "mistral" else openai_call_id)
+        tools = setup.calls
         try:
             for p in params:
                 self.engine.check(prompt, p)
@@ -349,25 +333,6 @@ def _refuse_unsupported(req: GenerationRequest) -> None:
     if best_of is not None and best_of != req.options.n:
         raise InvalidRequestError("'best_of' other than 'n' is not supported by this model's engine.",
                                   param="best_of", code="unsupported_parameter")
-
-
-def _chat_inputs(req: GenerationRequest, plan: ToolPlan | None) -> ChatInputs | None:
-    """The template's inputs for a chat: text-only messages, the tools, ``chat_template_kwargs``."""
-    if req.kind != "chat":
-        return None
-    kwargs = req.raw.get("chat_template_kwargs")
-    return chat_inputs(req.messages or [], plan.tools if plan is not None else None,
-                       kwargs if isinstance(kwargs, dict) else None)
-
-
-def _tool_options(options: SamplingOptions, plan: ToolPlan | None) -> SamplingOptions:
-    """A forced call (``required`` / a named function) is a JSON schema for the grammar engine."""
-    if plan is None or not plan.forced:
-        return options
-    if options.structured is not None:
-        raise InvalidRequestError("A forced 'tool_choice' cannot be combined with 'response_format' or "
-                                  "another output constraint.", param="tool_choice", code="invalid_value")
-    return dataclasses.replace(options, structured=StructuredOutput("json_schema", forced_call_json(plan)))
 
 
 def _engine_priority(priority: str | None) -> str:

@@ -10,15 +10,25 @@ ends with ``finish_reason: "tool_calls"`` (``"stop"`` for a named function, as O
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import string
 from collections.abc import Callable
+from dataclasses import dataclass
 from random import choices, getrandbits
 from typing import Any, Literal
 
-from blink.backends.base import Delta
-from blink.backends.tool_parsers import ParsedCall, ParserName, ToolCallParser, call_from_object, make_parser
-from blink.backends.tool_plan import ToolPlan
+from blink.backends.base import Delta, GenerationRequest, SamplingOptions, StructuredOutput
+from blink.backends.chat_messages import ChatInputs, chat_inputs
+from blink.backends.tool_parsers import (
+    ParsedCall,
+    ParserName,
+    ToolCallParser,
+    call_from_object,
+    make_parser,
+    needs_special_tokens,
+)
+from blink.backends.tool_plan import ToolPlan, forced_call_json, plan_tools
 from blink.protocol.errors import InvalidRequestError
 
 ToolParserSetting = Literal["auto", "hermes", "llama3_json", "mistral", "none"]
@@ -126,3 +136,48 @@ def _call_deltas(choice: int, index: int, call: ParsedCall, call_id: str) -> lis
                             "function": {"name": call.name, "arguments": ""}}
     args: dict[str, Any] = {"index": index, "function": {"arguments": call.arguments}}
     return [Delta(index=choice, tool_calls=[head]), Delta(index=choice, tool_calls=[args])]
+
+
+@dataclass(slots=True)
+class RequestTools:
+    """What tools change about one request on the embedded engine."""
+
+    # The sampling options, with the forced call's schema when there is one.
+    options: SamplingOptions
+    # The chat template's inputs (None for a completion).
+    chat: ChatInputs | None
+    # Rewrites the output's deltas into tool calls; None when nothing is parsed.
+    calls: ToolCallStream | None
+    # Decode with special tokens kept (the format's call marker is one).
+    keep_special_tokens: bool
+
+
+def prepare_tools(req: GenerationRequest, parser_of_model: Callable[[], ParserName | None]) -> RequestTools:
+    """Validate the request's tools and derive the template inputs, constraint and output reader.
+
+    ``parser_of_model`` is asked only when the request has tools. ``InvalidRequestError`` names the field.
+    """
+    if req.kind != "chat":
+        return RequestTools(req.options, None, None, False)
+    plan = plan_tools(req.raw)
+    parser = parser_of_model() if plan is not None and plan.mode == "auto" else None
+    factory = parser_factory(plan, parser)
+    kwargs = req.raw.get("chat_template_kwargs")
+    chat = chat_inputs(req.messages or [], plan.tools if plan is not None else None,
+                       kwargs if isinstance(kwargs, dict) else None)
+    options = _forced_options(req.options, plan)
+    if factory is None or plan is None:
+        return RequestTools(options, chat, None, False)
+    new_id = mistral_call_id if parser == "mistral" else openai_call_id
+    keep = parser is not None and needs_special_tokens(parser)
+    return RequestTools(options, chat, ToolCallStream(factory, plan, new_id), keep)
+
+
+def _forced_options(options: SamplingOptions, plan: ToolPlan | None) -> SamplingOptions:
+    """A forced call (``required`` / a named function) is a JSON schema for the grammar engine."""
+    if plan is None or not plan.forced:
+        return options
+    if options.structured is not None:
+        raise InvalidRequestError("A forced 'tool_choice' cannot be combined with 'response_format' or another "
+                                  "output constraint.", param="tool_choice", code="invalid_value")
+    return dataclasses.replace(options, structured=StructuredOutput("json_schema", forced_call_json(plan)))

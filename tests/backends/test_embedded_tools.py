@@ -141,3 +141,40 @@ def test_call_ids_follow_the_model_family() -> None:
     ids = [d.tool_calls[0]["id"] for d in _feed(stream, CALLS) if d.tool_calls and "id" in d.tool_calls[0]]
     assert len(ids) == 2 and all(len(i) == 9 and i.isalnum() for i in ids)
     assert openai_call_id().startswith("call_") and len(openai_call_id()) == 29
+
+
+def _req(raw: dict, structured: object = None) -> object:
+    from blink.backends.base import GenerationRequest, SamplingOptions
+
+    return GenerationRequest(request_id="r", model="m", kind="chat", options=SamplingOptions(structured=structured),  # type: ignore[arg-type]
+                             messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                             raw={"messages": [], **raw})
+
+
+def test_prepare_tools_forced_call_is_a_schema_on_a_copy_of_the_options() -> None:
+    from blink.backends.base import StructuredOutput
+    from blink.backends.embedded_tools import prepare_tools
+
+    req = _req({"tools": TOOLS, "tool_choice": "required"})
+    asked: list[int] = []
+    setup = prepare_tools(req, lambda: asked.append(1) or "hermes")  # type: ignore[arg-type,func-returns-value]
+    assert asked == []  # a forced call needs no format parser
+    assert setup.options.structured is not None and setup.options.structured.kind == "json_schema"
+    assert json.loads(setup.options.structured.spec)["type"] == "array"
+    assert req.options.structured is None  # type: ignore[attr-defined]
+    assert setup.chat is not None and setup.chat.messages[0]["content"] == "hi" and setup.chat.tools == TOOLS
+    assert setup.calls is not None and not setup.keep_special_tokens
+    with pytest.raises(InvalidRequestError) as exc:
+        prepare_tools(_req({"tools": TOOLS, "tool_choice": "required"}, StructuredOutput("json_object", "")),
+                      lambda: None)  # type: ignore[arg-type]
+    assert exc.value.param == "tool_choice"
+
+
+def test_prepare_tools_auto_and_plain() -> None:
+    from blink.backends.embedded_tools import prepare_tools
+
+    mistral = prepare_tools(_req({"tools": TOOLS}), lambda: "mistral")  # type: ignore[arg-type]
+    assert mistral.keep_special_tokens and mistral.calls is not None and mistral.options.structured is None
+    plain = prepare_tools(_req({"chat_template_kwargs": {"enable_thinking": False}}), lambda: None)  # type: ignore[arg-type]
+    assert plain.calls is None and plain.chat is not None and plain.chat.tools is None
+    assert plain.chat.template_kwargs == {"enable_thinking": False}
