@@ -4,7 +4,8 @@ A random model never writes ``<tool_call>`` by itself, so this test teaches one:
 fitted (a few hundred Adam steps on the CPU) to answer one prompt, rendered by its own template
 with the tools, with two Hermes-style calls. Served by ``blink serve``, that greedy answer then
 goes through the engine, the Hermes parser and the gateway to the real openai client (whole and
-streamed) and LangChain, exactly as a tool-calling model's would.
+streamed) and LangChain, exactly as a tool-calling model's would. A second copy is taught Llama 3.x's
+bare-JSON calls and served with ``tool_parser: llama3_json``: the setting overrides the template's format.
 """
 
 from __future__ import annotations
@@ -30,20 +31,24 @@ WEATHER = {"type": "function", "function": {
 ASK = [{"role": "user", "content": "Weather in Paris and Oslo?"}]
 ANSWER = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
           '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>')
+# The same calls as Llama 3.x writes them, for a model served with ``tool_parser: llama3_json``.
+LLAMA_MODEL = "taught-llama"
+LLAMA_ANSWER = ('{"name": "get_weather", "parameters": {"city": "Paris"}}; '
+                '{"name": "get_weather", "parameters": {"city": "Oslo"}}<|im_end|>')
 # Fitting stops once greedy decoding reproduces the answer with this much margin (nats, for fp32
 # noise between transformers and the engine's kernels), or gives up after _MAX_STEPS.
 _MARGIN = 2.0
 _MAX_STEPS = 600
 
 
-def _teach(path: Path) -> None:
+def _teach(path: Path, answer: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(path))
     prompt = tok.apply_chat_template(ASK, tools=[WEATHER], add_generation_prompt=True, tokenize=False)
     p = tok.encode(prompt, add_special_tokens=False)
-    t = tok.encode(ANSWER, add_special_tokens=False)
+    t = tok.encode(answer, add_special_tokens=False)
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     ids = torch.tensor([p + t])
     labels = ids.clone()
@@ -67,14 +72,15 @@ def _teach(path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def url(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    path = tmp_path_factory.mktemp("taught") / "model"
-    shutil.copytree(tiny_llama, path)
-    _teach(path)
-    settings = Settings(
-        server=ServerSettings(max_concurrent_streams=4),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(path), dtype="float32", threads=1,
-                              max_model_len=1024)],
-    )
+    root = tmp_path_factory.mktemp("taught")
+    models = []
+    for name, answer, parser in ((MODEL, ANSWER, "auto"), (LLAMA_MODEL, LLAMA_ANSWER, "llama3_json")):
+        path = root / name
+        shutil.copytree(tiny_llama, path)
+        _teach(path, answer)
+        models.append(ModelSettings(name=name, kind="embedded", model=str(path), dtype="float32", threads=1,
+                                    max_model_len=1024, tool_parser=parser))
+    settings = Settings(server=ServerSettings(max_concurrent_streams=4), models=models)
     with LiveServer(create_app(build_registry(settings), settings.server)) as server:
         yield server.url
 
@@ -83,13 +89,14 @@ def _client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
 
 
-def _create(url: str, **kw: Any) -> Any:
-    return _client(url).chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], temperature=0,  # type: ignore[arg-type]
+def _create(url: str, model: str = MODEL, **kw: Any) -> Any:
+    return _client(url).chat.completions.create(model=model, messages=ASK, tools=[WEATHER], temperature=0,  # type: ignore[arg-type]
                                                 max_tokens=400, **kw)
 
 
-def test_auto_calls_non_streamed(url: str) -> None:
-    res = _create(url)
+@pytest.mark.parametrize("model", [MODEL, LLAMA_MODEL])
+def test_auto_calls_non_streamed(url: str, model: str) -> None:
+    res = _create(url, model)
     choice = res.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     calls = choice.message.tool_calls
@@ -99,11 +106,12 @@ def test_auto_calls_non_streamed(url: str) -> None:
     assert len({c.id for c in calls}) == 2 and all(c.type == "function" for c in calls)
 
 
-def test_auto_calls_streamed_as_incremental_deltas(url: str) -> None:
+@pytest.mark.parametrize("model", [MODEL, LLAMA_MODEL])
+def test_auto_calls_streamed_as_incremental_deltas(url: str, model: str) -> None:
     calls: dict[int, dict[str, str]] = {}
     finish = None
     content = ""
-    for chunk in _create(url, stream=True):
+    for chunk in _create(url, model, stream=True):
         for choice in chunk.choices:
             finish = choice.finish_reason or finish
             content += choice.delta.content or ""
