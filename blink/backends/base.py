@@ -102,7 +102,8 @@ class Delta:
     finish_reason: str | None = None
     # Set on the last delta of the whole request (after every choice finished).
     usage: Usage | None = None
-    # OpenAI-shaped tool-call fragments, passed through from upstreams that emit them.
+    # OpenAI-shaped tool-call fragments: passed through from upstreams, or parsed from the embedded
+    # engine's output (blink/backends/embedded_tools.py).
     tool_calls: list[dict[str, Any]] | None = None
     # The next delta of this stream is already in memory (same upstream read): a writer may hold
     # this one and send both in one write. Never set when the next one still needs I/O.

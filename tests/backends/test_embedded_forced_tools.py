@@ -40,7 +40,7 @@ def url(tiny_qwen2: Path) -> Iterator[str]:
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
         models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
-                              max_model_len=1024)],
+                              max_model_len=2048)],
     )
     with LiveServer(create_app(build_registry(settings), settings.server)) as server:
         yield server.url
@@ -60,7 +60,7 @@ def _check_call(name: str, arguments: str) -> None:
 
 def test_required_streamed_deltas_assemble_into_calls(url: str) -> None:
     stream = _client(url).chat.completions.create(model=MODEL, messages=ASK, tools=[FORECAST, ALERTS],  # type: ignore[arg-type]
-                                                  tool_choice="required", max_tokens=200, seed=1, stream=True)
+                                                  tool_choice="required", max_tokens=1000, seed=1, stream=True)
     calls: dict[int, dict[str, Any]] = {}
     finish = None
     for chunk in stream:
@@ -84,14 +84,14 @@ def test_required_streamed_deltas_assemble_into_calls(url: str) -> None:
 def test_named_and_not_parallel_give_exactly_one_call(url: str, seed: int) -> None:
     client = _client(url)
     named = client.chat.completions.create(
-        model=MODEL, messages=ASK, tools=[FORECAST, ALERTS], max_tokens=200, seed=seed,  # type: ignore[arg-type]
+        model=MODEL, messages=ASK, tools=[FORECAST, ALERTS], max_tokens=1000, seed=seed,  # type: ignore[arg-type]
         tool_choice={"type": "function", "function": {"name": "alerts"}})
     msg = named.choices[0].message
     assert msg.content is None and msg.tool_calls is not None and len(msg.tool_calls) == 1
     assert msg.tool_calls[0].function.name == "alerts"
     _check_call("alerts", msg.tool_calls[0].function.arguments)
     single = client.chat.completions.create(
-        model=MODEL, messages=ASK, tools=[FORECAST, ALERTS], max_tokens=200, seed=seed,  # type: ignore[arg-type]
+        model=MODEL, messages=ASK, tools=[FORECAST, ALERTS], max_tokens=1000, seed=seed,  # type: ignore[arg-type]
         tool_choice="required", parallel_tool_calls=False)
     assert single.choices[0].finish_reason == "tool_calls"
     calls = single.choices[0].message.tool_calls
@@ -109,7 +109,7 @@ def test_langchain_bind_tools_forced(url: str, tool_choice: str) -> None:
         """Weather alerts."""
         return "none"
 
-    llm = ChatOpenAI(base_url=f"{url}/v1", api_key="unused", model=MODEL, max_tokens=200, max_retries=0, seed=3)
+    llm = ChatOpenAI(base_url=f"{url}/v1", api_key="unused", model=MODEL, max_tokens=1000, max_retries=0, seed=3)
     answer = llm.bind_tools([alerts], tool_choice=tool_choice).invoke("Any alerts in Oslo?")
     assert answer.tool_calls and answer.tool_calls[0]["name"] == "alerts"
     assert isinstance(answer.tool_calls[0]["args"]["severe"], bool)
