@@ -13,15 +13,16 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 @dataclass(frozen=True, slots=True)
 class StructuredOutput:
-    """A constraint on the output's text: the grammar engine's input, kept as plain data.
+    """Grammar-constrained output: the engine may only produce text this spec accepts.
 
-    ``spec`` is the JSON schema's JSON text, the regex, a JSON list of choices or an EBNF grammar
-    ("" for ``json_object``). Set by ``response_format`` / vLLM's ``guided_*`` and by forced tool
-    calls (``tool_choice: "required"`` or a named function).
+    ``spec``: the JSON schema's JSON text (``json_schema``), a regex, a JSON list of choices, an
+    EBNF grammar (xgrammar's dialect), or ``""`` for any JSON object (``json_object``). ``param``
+    is the request field that carried it, named by the 400 when the spec is invalid.
     """
 
     kind: Literal["json_object", "json_schema", "regex", "choice", "grammar"]
     spec: str
+    param: str = "response_format"
 
 
 @dataclass(slots=True)
@@ -45,6 +46,9 @@ class SamplingOptions:
     min_tokens: int = 0
     ignore_eos: bool = False
     speculative: bool = True
+    # Constrain the output (response_format, vLLM's structured_outputs / guided_*, forced tool
+    # calls). Backends that cannot honour it refuse the request; openai_http upstreams get the
+    # original fields from ``GenerationRequest.raw`` instead.
     structured: StructuredOutput | None = None
 
 

@@ -180,4 +180,4 @@ def _forced_options(options: SamplingOptions, plan: ToolPlan | None) -> Sampling
     if options.structured is not None:
         raise InvalidRequestError("A forced 'tool_choice' cannot be combined with 'response_format' or another "
                                   "output constraint.", param="tool_choice", code="invalid_value")
-    return dataclasses.replace(options, structured=StructuredOutput("json_schema", forced_call_json(plan)))
+    return dataclasses.replace(options, structured=StructuredOutput("json_schema", forced_call_json(plan), param="tools"))

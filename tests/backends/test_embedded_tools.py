@@ -160,6 +160,7 @@ def test_prepare_tools_forced_call_is_a_schema_on_a_copy_of_the_options() -> Non
     setup = prepare_tools(req, lambda: asked.append(1) or "hermes")  # type: ignore[arg-type,func-returns-value]
     assert asked == []  # a forced call needs no format parser
     assert setup.options.structured is not None and setup.options.structured.kind == "json_schema"
+    assert setup.options.structured.param == "tools"  # an invalid parameters schema is a 400 naming tools
     assert json.loads(setup.options.structured.spec)["type"] == "array"
     assert req.options.structured is None  # type: ignore[attr-defined]
     assert setup.chat is not None and setup.chat.messages[0]["content"] == "hi" and setup.chat.tools == TOOLS
