@@ -24,9 +24,9 @@ from blink.backends.base import (
     Usage,
 )
 from blink.backends.embedded_prompt import PromptEncoder
-from blink.backends.embedded_tools import ToolParserSetting, prepare_tools
+from blink.backends.embedded_tools import prepare_tools
 from blink.backends.engine_supervisor import EngineSupervisor
-from blink.backends.tool_parsers import ParserName, detect_parser
+from blink.backends.tool_parsers import ParserName, ToolParserSetting, detect_parser
 from blink.demo.default_model import FallbackModel
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig

@@ -16,7 +16,7 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 from random import choices, getrandbits
-from typing import Any, Literal
+from typing import Any
 
 from blink.backends.base import Delta, GenerationRequest, SamplingOptions, StructuredOutput
 from blink.backends.chat_messages import ChatInputs, chat_inputs
@@ -31,7 +31,6 @@ from blink.backends.tool_parsers import (
 from blink.backends.tool_plan import ToolPlan, forced_call_json, plan_tools
 from blink.protocol.errors import InvalidRequestError
 
-ToolParserSetting = Literal["auto", "hermes", "llama3_json", "mistral", "none"]
 _ALNUM = string.ascii_letters + string.digits
 
 
