@@ -30,6 +30,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from blink.backends.tool_parsers import ToolParserSetting
 from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
 from blink.routing_config import RouteSettings, check_routes
 from blink.safety_config import ModelServerSettings, SafetySettings
@@ -160,6 +161,9 @@ class ModelSettings(BaseModel):
     speculative: Literal["none", "ngram", "draft"] = "none"
     num_speculative_tokens: int = Field(5, ge=1, le=16)
     speculative_draft_model: str | None = None
+    # embedded: how tool calls are read from the model's output; "auto" picks the format its chat
+    # template shows (<tool_call> -> hermes, [TOOL_CALLS] -> mistral, <|python_tag|> -> llama3_json).
+    tool_parser: ToolParserSetting = "auto"
     # embedded: restart the engine core when it dies (blink/supervision_config.py).
     supervision: SupervisionSettings = SupervisionSettings()
     # openai_http: upstream base URL (".../v1"), API key from an env var, model id upstream.

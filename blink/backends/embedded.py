@@ -24,7 +24,9 @@ from blink.backends.base import (
     Usage,
 )
 from blink.backends.embedded_prompt import PromptEncoder
+from blink.backends.embedded_tools import prepare_tools
 from blink.backends.engine_supervisor import EngineSupervisor
+from blink.backends.tool_parsers import ParserName, ToolParserSetting, detect_parser
 from blink.demo.default_model import FallbackModel
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig
@@ -64,8 +66,11 @@ class EmbeddedBackend:
         *,
         fallback_model: Callable[[], FallbackModel] | None = None,
         supervision: SupervisionSettings | None = None,
+        tool_parser: ToolParserSetting = "auto",
     ) -> None:
         self.name = name
+        # How tool calls are read from this model's output ("auto": from its chat template).
+        self.tool_parser_setting = tool_parser
         self.engine = AsyncEngine(config)
         self.supervisor = EngineSupervisor(self.engine, supervision or SupervisionSettings(), name)
         self._fallback_model = fallback_model
@@ -141,6 +146,19 @@ class EmbeddedBackend:
             self._encoder = PromptEncoder(tok, limits.max_model_len)
         return self._encoder
 
+    def tool_parser(self) -> ParserName | None:
+        """The call format this model writes: the setting, or what its chat template shows."""
+        setting = self.tool_parser_setting
+        if setting == "none":
+            return None
+        if setting != "auto":
+            return setting
+        tok = self.engine.tokenizer
+        template = getattr(tok.hf, "chat_template", None) if tok is not None else None
+        if isinstance(template, dict):  # named templates ("default", "tool_use", ...)
+            template = "\n".join(str(t) for t in template.values())
+        return detect_parser(template if isinstance(template, str) else None)
+
     def _choice_slots(self, n: int) -> asyncio.Semaphore | None:
         """How many of one request's ``n`` choices may run in the engine at once (None: all).
 
@@ -181,9 +199,14 @@ class EmbeddedBackend:
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         await self.supervisor.wait_running()  # mid-restart: wait (bounded) rather than fail
         _refuse_unsupported(req)
-        prompt = await self._prompt_encoder().encode(req)
+        setup = prepare_tools(req, self.tool_parser)
+        prompt = await self._prompt_encoder().encode(req, setup.chat)
         n = max(1, req.options.n)
-        params = [self._params(req.options, len(prompt), i, req.priority) for i in range(n)]
+        params = [self._params(setup.options, len(prompt), i, req.priority) for i in range(n)]
+        if setup.keep_special_tokens:
+            for p in params:
+                p.skip_special_tokens = False  # the call marker is a special token
+        tools = setup.calls
         try:
             for p in params:
                 self.engine.check(prompt, p)
@@ -224,7 +247,11 @@ class EmbeddedBackend:
                     if remaining == 0:
                         usage.completion_tokens = tokens
                         delta.usage = usage
-                yield delta
+                if tools is None:
+                    yield delta
+                else:
+                    for part in tools.rewrite(delta):
+                        yield part
         except BlinkError:
             raise
         except EngineDeadError as exc:
@@ -297,6 +324,11 @@ def _refuse_unsupported(req: GenerationRequest) -> None:
     if req.raw.get("logit_bias"):
         raise InvalidRequestError("'logit_bias' is not supported by this model's engine.",
                                   param="logit_bias", code="unsupported_parameter")
+    for legacy in ("functions", "function_call"):
+        if req.raw.get(legacy) is not None:
+            raise InvalidRequestError(f"'{legacy}' (OpenAI's deprecated function calling) is not supported by this "
+                                      "model's engine; use 'tools' and 'tool_choice'.",
+                                      param=legacy, code="unsupported_parameter")
     best_of = req.raw.get("best_of")
     if best_of is not None and best_of != req.options.n:
         raise InvalidRequestError("'best_of' other than 'n' is not supported by this model's engine.",
@@ -350,4 +382,5 @@ def create_embedded_backend(ms: Any, *, fallback_model: Callable[[], FallbackMod
     """Factory used by ``blink.serve``; ``fallback_model`` gives the model served when ``ms.model``
     cannot be had (blink.demo.default_model)."""
     return EmbeddedBackend(ms.name, engine_config_from_settings(ms), fallback_model=fallback_model,
-                           supervision=getattr(ms, "supervision", None))
+                           supervision=getattr(ms, "supervision", None),
+                           tool_parser=getattr(ms, "tool_parser", "auto"))

@@ -12,6 +12,7 @@ import asyncio
 import threading
 
 from blink.backends.base import GenerationRequest
+from blink.backends.chat_messages import ChatInputs
 from blink.engine.errors import EngineError, InvalidParameterError
 from blink.engine.tokenizer import Tokenizer
 from blink.protocol.errors import BackendUnavailableError, ContextLengthExceededError, InvalidRequestError
@@ -27,17 +28,21 @@ class PromptEncoder:
         self._bound_known = False
         self._bytes_per_token: float | None = None
 
-    async def encode(self, req: GenerationRequest) -> list[int]:
-        """Token ids for ``req``; ``BlinkError`` (400 / 503) when it cannot be encoded or is too long."""
+    async def encode(self, req: GenerationRequest, chat: ChatInputs | None = None) -> list[int]:
+        """Token ids for ``req``; ``BlinkError`` (400 / 503) when it cannot be encoded or is too long.
+
+        ``chat``: what the template renders for a chat request (its messages as they came when None).
+        """
         if req.kind != "chat" and isinstance(req.prompt, list):
             return list(req.prompt)
-        return await asyncio.to_thread(self._encode, req)
+        return await asyncio.to_thread(self._encode, req, chat)
 
-    def _encode(self, req: GenerationRequest) -> list[int]:
+    def _encode(self, req: GenerationRequest, chat: ChatInputs | None) -> list[int]:
         param = "messages" if req.kind == "chat" else "prompt"
         try:
             if req.kind == "chat":
-                text = self.tokenizer.render_chat(req.messages or [])
+                chat = chat or ChatInputs(req.messages or [])
+                text = self.tokenizer.render_chat(chat.messages, tools=chat.tools, **chat.template_kwargs)
                 self._refuse_if_certainly_too_long(text, param)
                 # The template places any BOS itself.
                 return self.tokenizer.encode(text, add_special_tokens=False)

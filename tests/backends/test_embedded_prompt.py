@@ -78,3 +78,25 @@ async def test_tokenising_leaves_the_event_loop_free(backend: EmbeddedBackend) -
             assert len(await _drain(backend, _chat("small", "hello"))) == 3
     assert ticks > 1  # encoded on the loop, the first tick would find them all done
     assert all(len(t.result()) > 100_000 for t in big)
+
+
+async def test_chat_inputs_reach_the_template(tiny_tokenizer_dir: Path) -> None:
+    """tools and chat_template_kwargs are the template's variables, as HF apply_chat_template makes them."""
+    from blink.backends.chat_messages import chat_inputs
+    from blink.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(tiny_tokenizer_dir)
+    tok.hf.chat_template = (
+        "{% if greeting is defined %}[{{ greeting }}]{% endif %}"
+        "{% for t in tools or [] %}<{{ t['function']['name'] }}>{% endfor %}"
+        "{% for m in messages %}{{ m['role'] }}:{{ m['content'] }};{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    enc = PromptEncoder(tok, 256)
+    req = _chat("kw", "hi")
+    tools = [{"type": "function", "function": {"name": "lookup"}}]
+    inputs = chat_inputs([{"role": "user", "content": [{"type": "text", "text": "hi"}]}], tools,
+                         {"greeting": "hello", "add_generation_prompt": False})
+    text = tok.decode(await enc.encode(req, inputs), skip_special_tokens=False)
+    assert text == "[hello]<lookup>user:hi;"
+    assert tok.decode(await enc.encode(req), skip_special_tokens=False) == "user:hi;assistant:"
