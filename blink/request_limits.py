@@ -30,6 +30,9 @@ class SamplingLimits:
     max_repetition_penalty: float = 2.0
     # `logit_bias` values: OpenAI documents -100..100 (100 all but forces a token, -100 bans it).
     max_logit_bias: float = 100.0
+    # `logit_bias` entries per request: OpenAI documents no number; this bounds the per-step work
+    # while leaving room for banning a whole word list (vLLM sets no limit).
+    max_logit_bias_entries: int = 1024
     # Choices per request (OpenAI's documented maximum for `n`, and `best_of`).
     max_n: int = 128
     # `top_logprobs` (chat) and `logprobs` (completions): OpenAI caps chat at 20, vLLM both.
