@@ -142,6 +142,8 @@ class ResponseCache:
     def _semantic_allowed(self, req: GenerationRequest, query: str) -> bool:
         if self.matcher is None or not self.settings.semantic.enabled or not query:
             return False
+        if req.options.echo:
+            return False  # the answer repeats its own prompt: a neighbour's would show the wrong one
         return self.settings.semantic.tool_requests or not keys.uses_tools(req)
 
     def in_background(self, coro: Coroutine[Any, Any, None]) -> None:
