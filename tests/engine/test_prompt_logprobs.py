@@ -90,3 +90,33 @@ def test_prompt_token_logprobs_ranks_and_top() -> None:
     assert [e.rank for e in got] == [2, 1]
     assert got[0].top is not None and got[0].top[0][0] == 1
     assert got[1].logprob == pytest.approx(float(torch.log_softmax(logits[1], -1)[0]))
+
+
+def test_prompt_logprobs_survive_preemption(tiny_llama: Path) -> None:
+    """A KV pool too small for the batch preempts requests mid-run; each still gets its prompt
+    logprobs once, equal to those of the same prompt run alone."""
+    import json
+
+    cfg = json.loads((tiny_llama / "config.json").read_text())
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    per_block = 2 * cfg["num_hidden_layers"] * 16 * cfg["num_key_value_heads"] * head_dim * 4  # fp32
+    small = _engine(tiny_llama, kv_cache_memory_bytes=per_block * 12, max_num_batched_tokens=48)
+    alone = _engine(tiny_llama)
+    base = small.tokenizer.encode("import os\nimport sys\n\ndef main(argv):\n    return 0\n")
+    prompts = [base * (1 + i % 2) + [i + 5] for i in range(6)]
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True, prompt_logprobs=1)
+    outs: dict[str, list[RequestOutput]] = {f"r{i}": [] for i in range(len(prompts))}
+    for i, p in enumerate(prompts):
+        small.add_request(f"r{i}", p, params)
+    preemptions = 0
+    while small.has_unfinished():
+        for o in small.step():
+            outs[o.request_id].append(o)
+        preemptions += small.last_step_preemptions
+    assert preemptions > 0 and small.block_manager.num_free_blocks == 12
+    for i, p in enumerate(prompts):
+        got = _prompt_lps(outs[f"r{i}"])
+        want = _prompt_lps(_run(alone, {f"a{i}": (p, params)})[f"a{i}"])
+        assert len(got) == len(p)
+        assert max(abs(g.logprob - w.logprob) for g, w in zip(got[1:], want[1:], strict=True)  # type: ignore[union-attr]
+                   ) < 1e-4
