@@ -14,9 +14,6 @@ from blink.protocol.completions import CompletionRequest, Prompt
 from blink.protocol.errors import InvalidRequestError
 from blink.request_limits import INT32_MAX, SAMPLING_LIMITS
 
-# Prompts one batched completion may carry (vLLM sets no limit; lm-eval sends its batch size).
-MAX_PROMPTS = 256
-
 
 def chat_request(
     body: ChatCompletionRequest, raw: dict[str, Any], model: str, max_tokens_limit: int, timeout_s: float | None
@@ -82,8 +79,8 @@ def _prompts(prompt: Prompt) -> list[str | list[int]]:
         prompts = list(prompt)  # type: ignore[arg-type]  # list[str] | list[list[int]]
     if not prompts:
         raise InvalidRequestError("'prompt' must not be empty.", param="prompt", code="invalid_value")
-    if len(prompts) > MAX_PROMPTS:
-        raise InvalidRequestError(f"'prompt' may hold at most {MAX_PROMPTS} prompts; got {len(prompts)}.",
+    if len(prompts) > SAMPLING_LIMITS.max_prompts:
+        raise InvalidRequestError(f"'prompt' may hold at most {SAMPLING_LIMITS.max_prompts} prompts; got {len(prompts)}.",
                                   param="prompt", code="invalid_value")
     for i, p in enumerate(prompts):
         if p == "" or p == []:

@@ -92,6 +92,7 @@ CORPUS: list[tuple[str, str, Any, int, str, str | None]] = [
     ("completion-prompt-empty", COMP, comp(prompt=""), 400, IRE, "prompt"),
     ("completion-max-tokens-zero-without-echo", COMP, comp(max_tokens=0), 400, IRE, "max_tokens"),
     ("completion-max-tokens-negative", COMP, comp(max_tokens=-1, echo=True), 400, IRE, "max_tokens"),
+    ("completion-too-many-prompts", COMP, comp(prompt=["a"] * 257), 400, IRE, "prompt"),
     ("completion-batched-empty-prompt", COMP, comp(prompt=["a", ""]), 400, IRE, "prompt[1]"),
     ("completion-batched-empty-token-list", COMP, comp(prompt=[[1, 2], []]), 400, IRE, "prompt[1]"),
     ("completion-prompt-logprobs-stream", COMP, comp(prompt_logprobs=1, stream=True), 400, IRE, "prompt_logprobs"),
