@@ -69,14 +69,17 @@ class ChunkEncoder:
             return None
         first = d.index not in self._started
         choice = self._chat_choice(d) if self._chat else self._completion_choice(d)
+        prefix = self._prefix
         if self._token_ids:
             choice["token_ids"] = d.token_ids
             if first and d.prompt_token_ids is not None:
-                choice["prompt_token_ids"] = d.prompt_token_ids
+                if self._chat:  # vLLM: beside the choices in a chat chunk, on the choice otherwise
+                    prefix = self._head + b',"prompt_token_ids":' + orjson.dumps(d.prompt_token_ids) + b',"choices":['
+                else:
+                    choice["prompt_token_ids"] = d.prompt_token_ids
         if not self._continuous:
-            return self._prefix + orjson.dumps(choice) + self._suffix
-        return (self._prefix + orjson.dumps(choice) + b'],"usage":' + orjson.dumps(usage_dict(self._so_far()))
-                + b"}\n\n")
+            return prefix + orjson.dumps(choice) + self._suffix
+        return prefix + orjson.dumps(choice) + b'],"usage":' + orjson.dumps(usage_dict(self._so_far())) + b"}\n\n"
 
     def usage(self, usage: Usage | None) -> bytes:
         return self._head + b',"choices":[],"usage":' + orjson.dumps(usage_dict(usage)) + b"}\n\n"
