@@ -201,6 +201,16 @@ def test_continuous_usage_stats(client: openai.OpenAI) -> None:
     assert all(c.usage.prompt_tokens == chunks[-1].usage.prompt_tokens for c in chunks)  # type: ignore[union-attr]
 
 
+def test_continuous_usage_counts_each_prompt_once(client: openai.OpenAI) -> None:
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS, max_tokens=3, temperature=0, n=2,
+                                            stream=True, extra_body={"ignore_eos": True},
+                                            stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    final = chunks[-1].usage
+    assert final is not None and final.completion_tokens == 12
+    assert final.prompt_tokens == sum(len(_ids(client, p)) for p in PROMPTS)
+    assert max(c.usage.prompt_tokens for c in chunks if c.usage) == final.prompt_tokens  # type: ignore[union-attr]
+
+
 def test_return_token_ids_streamed(client: openai.OpenAI) -> None:
     chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0, stream=True,
                                             extra_body={"return_token_ids": True, "ignore_eos": True}))

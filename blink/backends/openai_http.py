@@ -184,14 +184,14 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
 
 
 def _refuse_unrelayed(req: GenerationRequest) -> None:
-    """vLLM response extras the gateway's re-encoding of upstream chunks does not carry: refused
-    by name rather than sent on and their answer dropped (README, compatibility)."""
-    for name in ("prompt_logprobs", "return_token_ids"):
-        if req.raw.get(name) not in (None, False):
-            raise InvalidRequestError(
-                f"'{name}' is not supported for this model: the gateway does not relay it from an upstream server.",
-                param=name, code="unsupported_parameter",
-            )
+    """vLLM's ``prompt_logprobs``: the gateway's re-encoding of upstream chunks does not carry it,
+    so it is refused by name rather than sent on and its answer dropped (README, compatibility).
+    ``return_token_ids`` is relayed (openai_chunks)."""
+    if req.raw.get("prompt_logprobs") is not None:
+        raise InvalidRequestError(
+            "'prompt_logprobs' is not supported for this model: the gateway does not relay it from an upstream server.",
+            param="prompt_logprobs", code="unsupported_parameter",
+        )
 
 
 def _body_from_options(req: GenerationRequest) -> dict[str, Any]:

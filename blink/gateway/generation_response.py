@@ -137,7 +137,8 @@ class GenerationResponse(Response):
             self._started = True
         req = self._req
         enc = ChunkEncoder(req.kind, req.request_id, req.model, int(time.time()), self._include_usage,
-                           continuous_usage=_continuous_usage(req), return_token_ids=req.options.return_token_ids)
+                           continuous_usage=_continuous_usage(req), return_token_ids=req.options.return_token_ids,
+                           n=req.options.n)
         usage: Usage | None = None
         agg = ResponseAggregator(req.kind, req.num_choices, False) if self._on_complete is not None else None
         # Deltas already in memory together (``Delta.more``) go out in one write: one syscall

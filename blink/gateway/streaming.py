@@ -42,10 +42,10 @@ class ChunkEncoder:
     """
 
     __slots__ = ("_chat", "_prefix", "_suffix", "_head", "_started", "_offsets", "_continuous", "_token_ids",
-                 "_prompt_tokens", "_completion_tokens", "_usage")
+                 "_prompt_tokens", "_completion_tokens", "_usage", "_n")
 
     def __init__(self, kind: str, request_id: str, model: str, created: int, include_usage: bool,
-                 continuous_usage: bool = False, return_token_ids: bool = False) -> None:
+                 continuous_usage: bool = False, return_token_ids: bool = False, n: int = 1) -> None:
         self._chat = kind == "chat"
         obj = "chat.completion.chunk" if self._chat else "text_completion"
         head = orjson.dumps({"id": request_id, "object": obj, "created": created, "model": model})[:-1]
@@ -60,6 +60,8 @@ class ChunkEncoder:
         self._prompt_tokens = 0
         self._completion_tokens = 0
         self._usage: Usage | None = None
+        # Choices per prompt: a prompt's tokens count once, not once per choice.
+        self._n = max(1, n)
 
     def encode(self, d: Delta) -> bytes | None:
         """The SSE event for ``d``, or None when it carries nothing to show (usage only)."""
@@ -85,7 +87,7 @@ class ChunkEncoder:
         return self._head + b',"choices":[],"usage":' + orjson.dumps(usage_dict(usage)) + b"}\n\n"
 
     def _count(self, d: Delta) -> None:
-        if d.index not in self._started and d.prompt_token_ids is not None:
+        if d.index not in self._started and d.prompt_token_ids is not None and d.index % self._n == 0:
             self._prompt_tokens += len(d.prompt_token_ids)
         self._completion_tokens += len(d.token_ids)
         if d.usage is not None:

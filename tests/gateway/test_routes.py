@@ -59,13 +59,26 @@ def test_json_content_types_are_accepted(http: httpx.Client, content_type: str |
     assert resp.status_code == 200, resp.text
 
 
-@pytest.mark.parametrize(("field", "value"), [("prompt_logprobs", 1), ("return_token_ids", True)])
-def test_vllm_response_extras_are_refused_for_an_upstream(http: httpx.Client, field: str, value: object) -> None:
-    """The gateway re-encodes an upstream's chunks and would drop these fields: refused by name."""
-    resp = http.post("/v1/completions", json={"model": "fake", "prompt": "hi", "max_tokens": 2, field: value})
+def test_prompt_logprobs_are_refused_for_an_upstream(http: httpx.Client) -> None:
+    """The gateway re-encodes an upstream's chunks and would drop them: refused by name."""
+    resp = http.post("/v1/completions", json={"model": "fake", "prompt": "hi", "max_tokens": 2, "prompt_logprobs": 1})
     assert resp.status_code == 400, resp.text
     err = resp.json()["error"]
-    assert err["param"] == field and err["code"] == "unsupported_parameter"
+    assert err["param"] == "prompt_logprobs" and err["code"] == "unsupported_parameter"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_return_token_ids_are_relayed_from_an_upstream(gateway: LiveServer, stream: bool) -> None:
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    kw = {"model": "fake", "prompt": "hi", "max_tokens": 3, "extra_body": {"return_token_ids": True}}
+    if not stream:
+        choice = client.completions.create(**kw).choices[0]  # type: ignore[call-overload]
+        assert choice.model_extra["token_ids"] == [100, 101, 102]
+        assert choice.model_extra["prompt_token_ids"] == [1, 2, 3]
+        return
+    chunks = [c for c in client.completions.create(stream=True, **kw) if c.choices]  # type: ignore[call-overload]
+    assert [t for c in chunks for t in c.choices[0].model_extra["token_ids"]] == [100, 101, 102]
+    assert chunks[0].choices[0].model_extra["prompt_token_ids"] == [1, 2, 3]
 
 
 def test_batched_prompts_and_echo_pass_through_to_an_upstream(http: httpx.Client) -> None:
