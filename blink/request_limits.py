@@ -30,8 +30,14 @@ class SamplingLimits:
     max_repetition_penalty: float = 2.0
     # `logit_bias` values: OpenAI documents -100..100 (100 all but forces a token, -100 bans it).
     max_logit_bias: float = 100.0
+    # `logit_bias` entries per request: OpenAI documents no number; this bounds the per-step work
+    # while leaving room for banning a whole word list (vLLM sets no limit).
+    max_logit_bias_entries: int = 1024
     # Choices per request (OpenAI's documented maximum for `n`, and `best_of`).
     max_n: int = 128
+    # Prompts in one batched completion (vLLM sets no limit; lm-eval sends its batch size); each
+    # prompt's `n` choices are engine sequences, bounded per key by the sequence quota.
+    max_prompts: int = 256
     # `top_logprobs` (chat) and `logprobs` (completions): OpenAI caps chat at 20, vLLM both.
     max_logprobs: int = 20
     # Stop sequences: OpenAI allows 4, vLLM any number; 16 keeps per-token matching cheap.

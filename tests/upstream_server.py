@@ -161,6 +161,11 @@ class FakeUpstream:
                             "finish_reason": None} for i in range(n)]
             else:
                 choices = [{"index": i, "text": tok, "logprobs": _legacy(lp), "finish_reason": None} for i in range(n)]
+            if req.get("return_token_ids"):  # vLLM: token ids per chunk, the prompt's on the first
+                for c in choices:
+                    c["token_ids"] = [100 + k]
+                    if k == 0:
+                        c["prompt_token_ids"] = [1, 2, 3]
             await event(choices)
         if chat:
             await event([{"index": i, "delta": {}, "finish_reason": finish} for i in range(n)])

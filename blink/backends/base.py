@@ -50,6 +50,17 @@ class SamplingOptions:
     # calls). Backends that cannot honour it refuse the request; openai_http upstreams get the
     # original fields from ``GenerationRequest.raw`` instead.
     structured: StructuredOutput | None = None
+    # Token id -> bias added to its logit before sampling (OpenAI's ``logit_bias``).
+    logit_bias: dict[int, float] | None = None
+    # Completions: each choice's text (and logprobs, when asked) starts with the prompt's.
+    echo: bool = False
+    # vLLM's ``prompt_logprobs``: top logprobs per prompt token (0 = the token's own); None = off.
+    prompt_logprobs: int | None = None
+    # vLLM's ``return_token_ids``: the response carries prompt and output token ids.
+    return_token_ids: bool = False
+    # vLLM's detokenisation switches.
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
 
 
 @dataclass(slots=True)
@@ -62,6 +73,9 @@ class GenerationRequest:
     options: SamplingOptions
     messages: list[dict[str, Any]] | None = None
     prompt: str | list[int] | None = None
+    # A batched completion (several prompts): all of them, ``prompt`` being the first. Choice
+    # ``i`` of prompt ``p`` has index ``p * n + i`` (OpenAI's and vLLM's numbering).
+    prompts: list[str | list[int]] | None = None
     # The original JSON body, so an HTTP upstream can receive fields we do not model.
     raw: dict[str, Any] = field(default_factory=dict)
     # Absolute deadline (time.monotonic()) or None.
@@ -75,13 +89,32 @@ class GenerationRequest:
     # the routing classifier reuses it instead of embedding the prompt again.
     embedding: Any = None
 
+    @property
+    def num_choices(self) -> int:
+        """Choices in the response: ``n`` for each prompt (engine sequences, for quotas)."""
+        return max(1, self.options.n) * (len(self.prompts) if self.prompts else 1)
+
 
 @dataclass(slots=True)
 class TokenLogprob:
     token: str
-    logprob: float
+    # None for an echoed prompt's first token: nothing predicts it.
+    logprob: float | None
     bytes: list[int] | None = None
     top: list[tuple[str, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class PromptLogprob:
+    """One prompt token's log-probability given the tokens before it (vLLM's ``prompt_logprobs``)."""
+
+    token_id: int
+    token: str
+    logprob: float
+    # 1 + the number of more likely tokens.
+    rank: int
+    # The most likely tokens at this position: (token id, text, logprob), best first.
+    top: list[tuple[int, str, float]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -109,6 +142,10 @@ class Delta:
     # OpenAI-shaped tool-call fragments: passed through from upstreams, or parsed from the embedded
     # engine's output (blink/backends/embedded_tools.py).
     tool_calls: list[dict[str, Any]] | None = None
+    # On a choice's first delta, when asked: its prompt's logprobs (the first entry None) and
+    # its prompt's token ids (``return_token_ids``).
+    prompt_logprobs: list[PromptLogprob | None] | None = None
+    prompt_token_ids: list[int] | None = None
     # The next delta of this stream is already in memory (same upstream read): a writer may hold
     # this one and send both in one write. Never set when the next one still needs I/O.
     more: bool = False

@@ -23,6 +23,8 @@ from blink.backends.base import (
     TokenLogprob,
     Usage,
 )
+from blink.backends.embedded_echo import PromptPrefix, engine_prompt_logprobs
+from blink.backends.embedded_fields import refuse_unsupported
 from blink.backends.embedded_prompt import PromptEncoder
 from blink.backends.embedded_tools import prepare_tools
 from blink.backends.engine_supervisor import EngineSupervisor
@@ -172,7 +174,8 @@ class EmbeddedBackend:
 
     def _params(self, o: SamplingOptions, prompt_len: int, index: int, priority: str | None = None) -> SamplingParams:
         limits = self.engine.limits
-        max_tokens = o.max_tokens
+        # max_tokens 0 (echo only): the engine runs one step, whose token PromptPrefix drops.
+        max_tokens = 1 if o.max_tokens == 0 else o.max_tokens
         if max_tokens is None and limits is not None:
             max_tokens = max(1, limits.max_model_len - prompt_len)
         # Choice i draws from seed + i, folded back into int64 so a seed near the top stays valid.
@@ -192,24 +195,30 @@ class EmbeddedBackend:
             logprobs=o.top_logprobs if o.logprobs else None,
             min_tokens=o.min_tokens,
             ignore_eos=o.ignore_eos,
+            skip_special_tokens=o.skip_special_tokens,
+            include_stop_str_in_output=o.include_stop_str_in_output,
             speculative=o.speculative,
             priority=_engine_priority(priority),
+            logit_bias=dict(o.logit_bias) if o.logit_bias else None,
+            prompt_logprobs=engine_prompt_logprobs(o),
         )
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         await self.supervisor.wait_running()  # mid-restart: wait (bounded) rather than fail
-        _refuse_unsupported(req)
+        refuse_unsupported(req)
         setup = prepare_tools(req, self.tool_parser)
-        prompt = await self._prompt_encoder().encode(req, setup.chat)
+        prompts = await self._prompt_encoder().encode_all(req, setup.chat)
         n = max(1, req.options.n)
-        params = [self._params(setup.options, len(prompt), i, req.priority) for i in range(n)]
+        # One engine sequence per (prompt, choice); its response index is prompt * n + choice.
+        jobs = [(p * n + i, prompt, self._params(setup.options, len(prompt), i, req.priority))
+                for p, prompt in enumerate(prompts) for i in range(n)]
         if setup.keep_special_tokens:
-            for p in params:
-                p.skip_special_tokens = False  # the call marker is a special token
+            for _, _, params in jobs:
+                params.skip_special_tokens = False  # the call marker is a special token
         tools = setup.calls
         try:
-            for p in params:
-                self.engine.check(prompt, p)
+            for _, prompt, params in jobs:
+                self.engine.check(prompt, params)
         except PromptTooLongError as exc:
             raise ContextLengthExceededError(str(exc), param=exc.param) from exc
         except InvalidParameterError as exc:
@@ -217,17 +226,18 @@ class EmbeddedBackend:
         except EngineDeadError as exc:
             raise self.supervisor.unavailable(str(exc)) from exc
         start = time.monotonic()
-        usage = Usage(prompt_tokens=len(prompt))
-        if n == 1:
-            source = self._one(req.request_id, prompt, params[0], 0)
+        usage = Usage(prompt_tokens=sum(len(p) for p in prompts))
+        prefix = PromptPrefix(self.engine.tokenizer, req, prompts, n)
+        if len(jobs) == 1:
+            source = self._one(req.request_id, jobs[0][1], jobs[0][2], 0)
         else:
-            slots = self._choice_slots(n)
-            source = self._merge([self._one(f"{req.request_id}-{i}", prompt, p, i, slots)
-                                  for i, p in enumerate(params)])
+            slots = self._choice_slots(len(jobs))
+            source = self._merge([self._one(f"{req.request_id}-{index}", prompt, params, index, slots)
+                                  for index, prompt, params in jobs])
         first_at: float | None = None
         last_at = start
         tokens = 0
-        remaining = n
+        remaining = len(jobs)
         try:
             async for index, out in source:
                 now = time.monotonic()
@@ -237,10 +247,11 @@ class EmbeddedBackend:
                 elif out.new_token_ids:
                     self._itl_ewma = _ewma(self._itl_ewma, (now - last_at) * 1000 / len(out.new_token_ids))
                 last_at = now
-                tokens += len(out.new_token_ids)
                 delta = Delta(index=index, text=out.text, token_ids=out.new_token_ids,
                               logprobs=self._logprobs(out) if out.logprobs else None,
                               finish_reason=out.finish_reason if out.finished else None)
+                prefix.apply(delta, out)
+                tokens += len(delta.token_ids)
                 if out.finished:
                     remaining -= 1
                     usage.cached_tokens = max(usage.cached_tokens, out.num_cached_tokens)
@@ -316,23 +327,6 @@ class EmbeddedBackend:
             top = [(tok.decode([t], skip_special_tokens=False) if tok else str(t), v) for t, v in (lp.top or [])]
             result.append(TokenLogprob(token=text, logprob=lp.logprob, bytes=list(text.encode()), top=top))
         return result
-
-
-def _refuse_unsupported(req: GenerationRequest) -> None:
-    """Sampling fields the wire accepts (other servers honour them) that this engine cannot:
-    refused by name rather than silently ignored."""
-    if req.raw.get("logit_bias"):
-        raise InvalidRequestError("'logit_bias' is not supported by this model's engine.",
-                                  param="logit_bias", code="unsupported_parameter")
-    for legacy in ("functions", "function_call"):
-        if req.raw.get(legacy) is not None:
-            raise InvalidRequestError(f"'{legacy}' (OpenAI's deprecated function calling) is not supported by this "
-                                      "model's engine; use 'tools' and 'tool_choice'.",
-                                      param=legacy, code="unsupported_parameter")
-    best_of = req.raw.get("best_of")
-    if best_of is not None and best_of != req.options.n:
-        raise InvalidRequestError("'best_of' other than 'n' is not supported by this model's engine.",
-                                  param="best_of", code="unsupported_parameter")
 
 
 def _engine_priority(priority: str | None) -> str:

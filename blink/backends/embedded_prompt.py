@@ -35,18 +35,30 @@ class PromptEncoder:
         """
         if req.kind != "chat" and isinstance(req.prompt, list):
             return list(req.prompt)
-        return await asyncio.to_thread(self._encode, req, chat)
+        return await asyncio.to_thread(self._encode, req, req.prompt, None, chat)
 
-    def _encode(self, req: GenerationRequest, chat: ChatInputs | None) -> list[int]:
-        param = "messages" if req.kind == "chat" else "prompt"
+    async def encode_all(self, req: GenerationRequest, chat: ChatInputs | None = None) -> list[list[int]]:
+        """Token ids of every prompt of a batched completion (of the one prompt otherwise)."""
+        if req.prompts is None:
+            return [await self.encode(req, chat)]
+        if all(isinstance(p, list) for p in req.prompts):
+            return [list(p) for p in req.prompts]  # type: ignore[arg-type]  # checked: token lists
+        return await asyncio.to_thread(lambda: [self._encode(req, p, i) for i, p in enumerate(req.prompts or [])])
+
+    def _encode(self, req: GenerationRequest, prompt: str | list[int] | None, index: int | None = None,
+                chat: ChatInputs | None = None) -> list[int]:
+        param = "messages" if req.kind == "chat" else "prompt" if index is None else f"prompt[{index}]"
         try:
             if req.kind == "chat":
                 chat = chat or ChatInputs(req.messages or [])
-                text = self.tokenizer.render_chat(chat.messages, tools=chat.tools, **chat.template_kwargs)
+                text = self.tokenizer.render_chat(chat.messages, tools=chat.tools,
+                                                  **{**chat.template_kwargs, **_template_switches(req)})
                 self._refuse_if_certainly_too_long(text, param)
                 # The template places any BOS itself.
                 return self.tokenizer.encode(text, add_special_tokens=False)
-            text = req.prompt if isinstance(req.prompt, str) else ""
+            if isinstance(prompt, list):
+                return list(prompt)
+            text = prompt if isinstance(prompt, str) else ""
             self._refuse_if_certainly_too_long(text, param)
             return self.tokenizer.encode(text, add_special_tokens=True)
         except ContextLengthExceededError:
@@ -85,3 +97,12 @@ class PromptEncoder:
                 self._bytes_per_token = self.tokenizer.max_bytes_per_token()
                 self._bound_known = True
             return self._bytes_per_token
+
+
+def _template_switches(req: GenerationRequest) -> dict[str, bool]:
+    """vLLM's ``add_generation_prompt`` / ``continue_final_message`` (validated by the protocol);
+    the latter only when set, so templates of older tokenizers never see an unknown argument."""
+    switches = {"add_generation_prompt": bool(req.raw.get("add_generation_prompt", True))}
+    if req.raw.get("continue_final_message"):
+        switches["continue_final_message"] = True
+    return switches

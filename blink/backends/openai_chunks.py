@@ -25,9 +25,13 @@ def deltas_from_chunk(obj: dict[str, Any], kind: str) -> list[Delta]:
         else:
             text = choice.get("text") or ""
             logprobs = _completion_logprobs(choice.get("logprobs"))
-        if text or finish or logprobs or tool_calls:
+        # vLLM's return_token_ids: the choice's token ids, and its prompt's (a chat's sit beside the choices).
+        token_ids = choice.get("token_ids") or []
+        prompt_ids = choice.get("prompt_token_ids") or obj.get("prompt_token_ids")
+        if text or finish or logprobs or tool_calls or token_ids or prompt_ids:
             out.append(
-                Delta(index=index, text=text, logprobs=logprobs, finish_reason=finish, tool_calls=tool_calls)
+                Delta(index=index, text=text, logprobs=logprobs, finish_reason=finish, tool_calls=tool_calls,
+                      token_ids=list(token_ids), prompt_token_ids=list(prompt_ids) if prompt_ids else None)
             )
     usage = obj.get("usage")
     if usage:
@@ -51,7 +55,7 @@ def _plain_text_delta(obj: dict[str, Any], kind: str) -> list[Delta] | None:
     if obj.get("usage") or not choices or len(choices) != 1:
         return None
     choice = choices[0]
-    if choice.get("finish_reason") or choice.get("logprobs"):
+    if choice.get("finish_reason") or choice.get("logprobs") or "token_ids" in choice:
         return None
     if kind == "chat":
         msg = choice.get("delta")

@@ -28,6 +28,7 @@ from blink.protocol.errors import (
     BackendTimeoutError,
     BackendUnavailableError,
     BlinkError,
+    InvalidRequestError,
     UpstreamClientError,
     UpstreamError,
 )
@@ -103,6 +104,7 @@ class OpenAIHTTPBackend:
         return Load(running=self._running, ttft_ms_ewma=self._ttft_ewma)
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        _refuse_unrelayed(req)
         client = self._ensure_client()
         path = "/chat/completions" if req.kind == "chat" else "/completions"
         body = orjson.dumps(self._upstream_body(req))
@@ -179,6 +181,17 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
                 pass
     except (TimeoutError, Http1Error):
         pass  # the connection is simply not reused
+
+
+def _refuse_unrelayed(req: GenerationRequest) -> None:
+    """vLLM's ``prompt_logprobs``: the gateway's re-encoding of upstream chunks does not carry it,
+    so it is refused by name rather than sent on and its answer dropped (README, compatibility).
+    ``return_token_ids`` is relayed (openai_chunks)."""
+    if req.raw.get("prompt_logprobs") is not None:
+        raise InvalidRequestError(
+            "'prompt_logprobs' is not supported for this model: the gateway does not relay it from an upstream server.",
+            param="prompt_logprobs", code="unsupported_parameter",
+        )
 
 
 def _body_from_options(req: GenerationRequest) -> dict[str, Any]:

@@ -88,9 +88,10 @@ class BlockManager:
     def get_computed_blocks(self, seq: Sequence) -> tuple[list[int], int]:
         """Longest cached run of full blocks at the start of ``seq``; takes no references.
 
-        Stops one token short of the whole sequence so the forward still yields a logit.
+        Stops one token short of the whole sequence so the forward still yields a logit. A
+        sequence that needs every prompt position's logits gets no cached blocks.
         """
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or seq.prompt_logits_pending:
             return [], 0
         max_blocks = (seq.num_tokens - 1) // self.block_size
         self._extend_hashes(seq, max_blocks)

@@ -24,6 +24,7 @@ from blink.engine.errors import InvalidParameterError
 from blink.engine.loader import resolve_model_path
 from blink.engine.model_runner import ModelRunner
 from blink.engine.outputs import EngineStats, RequestOutput, TokenLogprobOut
+from blink.engine.prompt_logprobs import prompt_token_logprobs
 from blink.engine.request_checks import EngineLimits, check_request
 from blink.engine.sampler import Sampler, SampleResult, with_logprobs
 from blink.engine.sampling_params import SamplingParams
@@ -52,6 +53,9 @@ class _RequestState:
     new_ids: list[int] = field(default_factory=list)
     new_text: list[str] = field(default_factory=list)
     new_logprobs: list[TokenLogprobOut] = field(default_factory=list)
+    # Prompt logprobs gathered so far (position 0 has none); sent once, when complete.
+    prompt_logprobs: list[TokenLogprobOut | None] | None = None
+    prompt_logprobs_sent: bool = False
 
 
 class LLMEngine:
@@ -96,8 +100,11 @@ class LLMEngine:
         eos = frozenset() if params.ignore_eos else self.tokenizer.eos_token_ids
         seq = Sequence(request_id, list(prompt_token_ids), params, eos, arrival_time or time.monotonic())
         detok = IncrementalDetokenizer(self.tokenizer, seq.prompt_token_ids, params.skip_special_tokens)
-        stops = StopStringMatcher(list(params.stop)) if params.stop else None
-        self._requests[request_id] = _RequestState(seq, detok, stops)
+        stops = StopStringMatcher(list(params.stop), params.include_stop_str_in_output) if params.stop else None
+        state = _RequestState(seq, detok, stops)
+        if params.prompt_logprobs is not None:
+            state.prompt_logprobs = [None]
+        self._requests[request_id] = state
         self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> bool:
@@ -133,14 +140,24 @@ class LLMEngine:
             return outputs
         if self.speculator is not None:
             self.speculator.propose(out.scheduled)
+        # Read before anything below changes them (recording prompt logprobs ends the pending state).
+        counts = [item.num_logits for item in out.scheduled]
+        starts = [item.seq.num_computed_tokens for item in out.scheduled]
         logits = self.runner.execute(out.scheduled)
         self.scheduler.update_after_step(out)
-        # Logit rows per scheduled sequence: its last token, then one per speculative token.
+        # Logit rows per scheduled sequence: its last token, then one per speculative token (or
+        # one per token while its prompt logprobs are pending; the last is the sampling row).
         first_row: list[int] = []
         total = 0
-        for item in out.scheduled:
+        for count in counts:
             first_row.append(total)
-            total += 1 + len(item.spec_token_ids)
+            total += count
+        for i, item in enumerate(out.scheduled):
+            if item.seq.prompt_logits_pending:
+                rows = logits[first_row[i] : first_row[i] + counts[i]]
+                failed = self._record_prompt_logprobs(item, starts[i], rows)
+                if failed is not None:
+                    outputs.append(failed)
         plain = [
             i
             for i, s in enumerate(out.scheduled)
@@ -148,7 +165,7 @@ class LLMEngine:
         ]
         if plain:
             seqs = [out.scheduled[i].seq for i in plain]
-            rows = [first_row[i] for i in plain]
+            rows = [first_row[i] + counts[i] - 1 for i in plain]
             sample_logits = logits if len(rows) == total else logits[rows]
             results = self._sample_each(sample_logits, seqs)
             for seq, res in zip(seqs, results, strict=True):
@@ -181,6 +198,27 @@ class LLMEngine:
             elif item.num_lookahead:
                 self.scheduler.commit_speculation(item.seq, 0)  # release the unused reserved slots
         return outputs
+
+    def _record_prompt_logprobs(self, item: ScheduledSeq, start: int, logits: torch.Tensor) -> RequestOutput | None:
+        """Keep the logprobs of the prompt tokens this chunk's rows predict; an error output if
+        that fails. Positions already recorded (a recompute after preemption) are skipped."""
+        seq = item.seq
+        state = self._requests.get(seq.request_id)
+        if state is None or state.prompt_logprobs is None:
+            return None
+        done = len(state.prompt_logprobs)
+        # Row j predicts the token at start + j + 1; keep prompt positions not recorded yet.
+        first, last = max(done, start + 1), min(seq.num_prompt_tokens, start + item.num_new_tokens + 1)
+        try:
+            if first < last:
+                rows = logits[first - start - 1 : last - start - 1]
+                targets = seq.token_ids[first:last]
+                state.prompt_logprobs.extend(prompt_token_logprobs(rows, targets, seq.params.prompt_logprobs or 0))
+        except Exception:
+            return self._fail(state, "computing prompt logprobs")
+        if len(state.prompt_logprobs) >= seq.num_prompt_tokens:
+            seq.prompt_logits_pending = False
+        return None
 
     def _sample_each(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[SampleResult | None]:
         """One batched draw; if it fails, each row alone, so only the rows that fail again are lost."""
@@ -303,6 +341,9 @@ class LLMEngine:
             num_output_tokens=len(seq.output_token_ids),
             logprobs=state.new_logprobs or None,
         )
+        if state.prompt_logprobs is not None and not state.prompt_logprobs_sent and not seq.prompt_logits_pending:
+            out.prompt_logprobs = state.prompt_logprobs
+            state.prompt_logprobs_sent = True
         state.new_ids, state.new_text, state.new_logprobs = [], [], []
         if finished:
             self._requests.pop(seq.request_id, None)

@@ -170,7 +170,8 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, scheduled: Seq[ScheduledSeq]) -> torch.Tensor:
         """Float32 logits for each sequence's last scheduled token, plus one row per speculative
-        token it carries: ``[sum(1 + len(spec_token_ids)), vocab]``, in scheduled order."""
+        token it carries, or one per token while its prompt logprobs are pending:
+        ``[sum(item.num_logits), vocab]``, in scheduled order."""
         if not scheduled:
             return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)
         return self.execute_spans([self._span(item) for item in scheduled])
@@ -209,7 +210,7 @@ class ModelRunner:
             )
         spec = item.spec_token_ids
         tokens = seq.token_ids[start : start + n] + spec if spec else seq.token_ids[start : start + n]
-        return RunSpan(seq.request_id, tokens, start, seq.block_table, 1 + len(spec))
+        return RunSpan(seq.request_id, tokens, start, seq.block_table, item.num_logits)
 
     def _check(self, span: RunSpan) -> None:
         end = span.start + len(span.tokens)

@@ -10,6 +10,8 @@ class TokenLogprobOut(msgspec.Struct, array_like=True):
     logprob: float
     # (token_id, logprob) pairs of the most likely tokens at this position.
     top: list[tuple[int, float]] | None = None
+    # 1 + the number of more likely tokens; set for prompt tokens (vLLM reports it there).
+    rank: int | None = None
 
 
 class RequestOutput(msgspec.Struct, array_like=True):
@@ -26,6 +28,9 @@ class RequestOutput(msgspec.Struct, array_like=True):
     num_output_tokens: int = 0
     logprobs: list[TokenLogprobOut] | None = None
     error: str | None = None
+    # Sent once, with the first output after the prefill: one entry per prompt token, the first
+    # None (nothing predicts it). Only when the request asked for prompt logprobs.
+    prompt_logprobs: list[TokenLogprobOut | None] | None = None
 
 
 class EngineStats(msgspec.Struct):

@@ -28,6 +28,12 @@ def check_request(prompt_token_ids: list[int], params: SamplingParams, limits: E
             f"top_k must be -1 or 0 (off), or at most the vocabulary size ({limits.vocab_size}).",
             param="top_k",
         )
+    for token in params.logit_bias or ():
+        if token >= limits.vocab_size:
+            raise InvalidParameterError(
+                f"logit_bias: token id {token} is outside the vocabulary (0..{limits.vocab_size - 1}).",
+                param="logit_bias",
+            )
     if not prompt_token_ids:
         raise InvalidParameterError("The prompt is empty.", param="messages")
     n = len(prompt_token_ids)

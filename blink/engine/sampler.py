@@ -1,6 +1,6 @@
 """Turn one row of logits per sequence into the next token (and its logprobs).
 
-Order of operations (vLLM v1): penalties -> min_tokens mask -> greedy argmax, or temperature ->
+Order of operations (vLLM v1): penalties -> logit_bias -> min_tokens mask -> greedy argmax, or temperature ->
 min_p -> top_k -> top_p (measured on the top-k renormalised mass) -> random draw. Reported
 logprobs are those of the *raw* model distribution (log_softmax of the logits before penalties,
 temperature or truncation), vLLM's default convention: they describe the model, not the knobs.
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from blink.engine.logit_bias import apply_logit_bias, has_logit_bias
 from blink.engine.sampling_params import SamplingParams
 from blink.engine.sequence import Sequence
 
@@ -42,12 +43,15 @@ class Sampler:
         params = [s.params for s in seqs]
         masked_rows = [i for i, s in enumerate(seqs) if _min_tokens_active(s)]
         penalty_rows = [i for i, p in enumerate(params) if p.has_penalties]
-        if not penalty_rows and not masked_rows and all(p.is_greedy for p in params):
+        bias_rows = [i for i, s in enumerate(seqs) if has_logit_bias(s)]
+        if not penalty_rows and not masked_rows and not bias_rows and all(p.is_greedy for p in params):
             token_ids = logits.argmax(dim=-1)  # fast path: no copy, no sort
         else:
             processed = logits.clone()
             if penalty_rows:
                 apply_penalties(processed, seqs, penalty_rows)
+            if bias_rows:
+                apply_logit_bias(processed, seqs, bias_rows)
             for i in masked_rows:
                 _mask_stop_tokens(processed, i, seqs[i])
             token_ids = _pick(processed, seqs)

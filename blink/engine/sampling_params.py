@@ -37,9 +37,15 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     # Number of top logprobs per token; 0 = only the chosen token's; None = no logprobs.
     logprobs: int | None = None
+    # The same for every prompt token after the first (vLLM's ``prompt_logprobs``; completions'
+    # ``echo`` with ``logprobs``): computed in the prefill, which then skips the prefix cache.
+    prompt_logprobs: int | None = None
+    # Token id -> value added to its logit before sampling (OpenAI's ``logit_bias``).
+    logit_bias: dict[int, float] | None = None
     min_tokens: int = 0
     ignore_eos: bool = False
     skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
     # False opts this request out of speculative decoding (when the engine has it on).
     speculative: bool = True
     # Scheduling class: a key of PRIORITY_RANK.
@@ -87,6 +93,13 @@ class SamplingParams:
                 raise InvalidParameterError(
                     f"top_logprobs must be between 0 and {_L.max_logprobs}", param="top_logprobs"
                 )
+        if self.prompt_logprobs is not None:
+            _check_int(self.prompt_logprobs, "prompt_logprobs")
+            if not 0 <= self.prompt_logprobs <= _L.max_logprobs:
+                raise InvalidParameterError(
+                    f"prompt_logprobs must be between 0 and {_L.max_logprobs}", param="prompt_logprobs"
+                )
+        self._validate_logit_bias()
         if self.seed is not None:
             _check_int(self.seed, "seed")
             if not _L.min_seed <= self.seed <= _L.max_seed:
@@ -96,9 +109,24 @@ class SamplingParams:
             raise InvalidParameterError(
                 f"priority must be one of {', '.join(PRIORITY_RANK)}", param="priority"
             )
-        for flag in ("ignore_eos", "skip_special_tokens", "speculative"):
+        for flag in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output", "speculative"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidParameterError(f"{flag} must be a boolean", param=flag)
+
+    def _validate_logit_bias(self) -> None:
+        """Ids must be ints (the vocabulary bound is the engine's ``request_checks``)."""
+        if self.logit_bias is None:
+            return
+        if not isinstance(self.logit_bias, dict):
+            raise InvalidParameterError("logit_bias must map token ids to numbers", param="logit_bias")
+        if len(self.logit_bias) > _L.max_logit_bias_entries:
+            raise InvalidParameterError(
+                f"logit_bias accepts at most {_L.max_logit_bias_entries} token ids", param="logit_bias"
+            )
+        for token, bias in self.logit_bias.items():
+            if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token <= INT32_MAX:
+                raise InvalidParameterError("logit_bias keys must be non-negative token ids", param="logit_bias")
+            _check_number(bias, "logit_bias", -_L.max_logit_bias, _L.max_logit_bias)
 
     def _validate_stop(self) -> None:
         if not isinstance(self.stop, list):

@@ -42,6 +42,14 @@ class ScheduledSeq:
     num_lookahead: int = 0
     spec_token_ids: list[int] = field(default_factory=list)
 
+    @property
+    def num_logits(self) -> int:
+        """Logit rows this item's forward yields: one per token while its prompt logprobs are
+        pending, else its last token's plus one per speculative token."""
+        if self.seq.prompt_logits_pending:
+            return self.num_new_tokens + len(self.spec_token_ids)
+        return 1 + len(self.spec_token_ids)
+
 
 # How many speculative tokens a decoding sequence may carry this step (0 = none).
 LookaheadFn = Callable[[Sequence], int]

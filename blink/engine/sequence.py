@@ -57,6 +57,10 @@ class Sequence:
         self.priority_rank = PRIORITY_RANK.get(params.priority, PRIORITY_RANK["interactive"])
         # When the scheduler first admitted it (queue-wait metrics); None while never run.
         self.first_scheduled_time: float | None = None
+        # Every prompt position still needs its logits (prompt logprobs were asked for and not
+        # all computed yet): the prefill returns a row per token and skips the prefix cache,
+        # whose cached blocks come with no logits.
+        self.prompt_logits_pending = params.prompt_logprobs is not None and self.num_prompt_tokens > 1
 
     def __repr__(self) -> str:
         return (

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 
 class StopStringMatcher:
-    def __init__(self, stops: list[str]) -> None:
+    def __init__(self, stops: list[str], include_stop: bool = False) -> None:
         self.stops = [s for s in dict.fromkeys(stops) if s]
+        # vLLM's include_stop_str_in_output: the matched stop string ends the text instead of
+        # being cut from it.
+        self.include_stop = include_stop
         self._max_hold = max((len(s) for s in self.stops), default=1) - 1
         self._held = ""
         self.stopped = False
@@ -26,7 +29,7 @@ class StopStringMatcher:
         if hit is not None:
             index, stop = hit
             self.stopped, self.matched, self._held = True, stop, ""
-            return buf[:index], True
+            return buf[: index + len(stop)] if self.include_stop else buf[:index], True
         hold = self._partial_suffix_len(buf)
         self._held = buf[len(buf) - hold :] if hold else ""
         return buf[: len(buf) - hold], False

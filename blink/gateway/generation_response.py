@@ -136,9 +136,11 @@ class GenerationResponse(Response):
             await send(self._start_message(b"text/event-stream", None))
             self._started = True
         req = self._req
-        enc = ChunkEncoder(req.kind, req.request_id, req.model, int(time.time()), self._include_usage)
+        enc = ChunkEncoder(req.kind, req.request_id, req.model, int(time.time()), self._include_usage,
+                           continuous_usage=_continuous_usage(req), return_token_ids=req.options.return_token_ids,
+                           n=req.options.n)
         usage: Usage | None = None
-        agg = ResponseAggregator(req.kind, req.options.n, False) if self._on_complete is not None else None
+        agg = ResponseAggregator(req.kind, req.num_choices, False) if self._on_complete is not None else None
         # Deltas already in memory together (``Delta.more``) go out in one write: one syscall
         # and one pass through the ASGI send chain instead of one per token. The per-delta work
         # is inline (no coroutine per delta): this loop runs once per token of every stream.
@@ -198,7 +200,7 @@ class GenerationResponse(Response):
 
     async def _send_whole(self, it: AsyncIterator[Delta], send: Send, stamp: StreamStamp | None) -> None:
         req = self._req
-        agg = ResponseAggregator(req.kind, req.options.n, req.options.logprobs)
+        agg = ResponseAggregator(req.kind, req.num_choices, req.options.logprobs, req.options.return_token_ids)
         ttft: float | None = None
         try:
             async for delta in it:
@@ -271,6 +273,12 @@ def _take(
     body = pending[0] if len(pending) == 1 else b"".join(pending)
     pending.clear()
     return body
+
+
+def _continuous_usage(req: GenerationRequest) -> bool:
+    """vLLM's ``stream_options.continuous_usage_stats`` (validated by the protocol)."""
+    opts = req.raw.get("stream_options")
+    return isinstance(opts, dict) and bool(opts.get("continuous_usage_stats"))
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:

@@ -94,7 +94,7 @@ class Generation:
                     yield delta
                 return
             req = self.request
-            agg = ResponseAggregator(req.kind, req.options.n, req.options.logprobs) if self.on_complete else None
+            agg = ResponseAggregator(req.kind, req.num_choices, req.options.logprobs) if self.on_complete else None
             async with contextlib.aclosing(self.source.stream(req)) as deltas:  # type: ignore[type-var]
                 async for delta in deltas:
                     if agg is not None:
@@ -128,7 +128,7 @@ class GenerationPipeline:
         key_id = adm.key.key_id if adm.key is not None else ANONYMOUS_KEY
         if front.cost is not None:  # a spent monthly budget: 429 budget_exceeded, before the rate limit
             front.cost.check(key_id)
-        n = max(1, req.options.n)
+        n = req.num_choices  # each choice of each prompt is one engine sequence
         # The quota before the rate limit: it can be given back, a counted request cannot.
         lease = self.quota.acquire(principal, n)
         try:

@@ -10,8 +10,9 @@ from typing import Any
 from blink.backends.base import GenerationRequest, SamplingOptions
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.common import SamplingFields
-from blink.protocol.completions import CompletionRequest
+from blink.protocol.completions import CompletionRequest, Prompt
 from blink.protocol.errors import InvalidRequestError
+from blink.request_limits import INT32_MAX, SAMPLING_LIMITS
 
 
 def chat_request(
@@ -26,6 +27,11 @@ def chat_request(
     options = _options(body, max_tokens, max_param, max_tokens_limit)
     options.logprobs = body.logprobs
     options.top_logprobs = body.top_logprobs or 0
+    if body.continue_final_message and body.add_generation_prompt:
+        raise InvalidRequestError(
+            "'continue_final_message' and 'add_generation_prompt' cannot both be true.",
+            param="continue_final_message", code="invalid_value",
+        )
     return GenerationRequest(
         request_id=f"chatcmpl-{_hex_id()}",
         model=model,
@@ -40,32 +46,47 @@ def chat_request(
 def completion_request(
     body: CompletionRequest, raw: dict[str, Any], model: str, max_tokens_limit: int, timeout_s: float | None
 ) -> GenerationRequest:
-    prompt = body.prompt
-    if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
-        if len(prompt) != 1:
-            raise InvalidRequestError(
-                "Batched prompts are not supported; send one prompt per request.",
-                param="prompt",
-                code="invalid_value",
-            )
-        prompt = prompt[0]
-    if prompt == "" or prompt == []:
-        raise InvalidRequestError("'prompt' must not be empty.", param="prompt", code="invalid_value")
+    prompts = _prompts(body.prompt)
     # OpenAI's default for /v1/completions is 16 tokens.
     max_tokens = body.max_tokens if body.max_tokens is not None else 16
+    if max_tokens == 0 and not body.echo:
+        raise InvalidRequestError("'max_tokens' may be 0 only with 'echo': true (the prompt alone is returned).",
+                                  param="max_tokens", code="invalid_value")
     options = _options(body, max_tokens, "max_tokens", max_tokens_limit)
     if body.logprobs is not None:
         options.logprobs = True
         options.top_logprobs = body.logprobs
+    options.echo = body.echo
     return GenerationRequest(
         request_id=f"cmpl-{_hex_id()}",
         model=model,
         kind="completion",
         options=options,
-        prompt=prompt,  # type: ignore[arg-type]  # list[list[int]] unwrapped above
+        prompt=prompts[0],
+        prompts=prompts if len(prompts) > 1 else None,
         raw=raw,
         deadline=_deadline(timeout_s),
     )
+
+
+def _prompts(prompt: Prompt) -> list[str | list[int]]:
+    """The prompt field as a list of prompts: a string, a token list, or a batch of either."""
+    if isinstance(prompt, str):
+        prompts: list[str | list[int]] = [prompt]
+    elif prompt and all(isinstance(p, int) for p in prompt):
+        prompts = [list(prompt)]  # type: ignore[arg-type]  # list[int]
+    else:
+        prompts = list(prompt)  # type: ignore[arg-type]  # list[str] | list[list[int]]
+    if not prompts:
+        raise InvalidRequestError("'prompt' must not be empty.", param="prompt", code="invalid_value")
+    if len(prompts) > SAMPLING_LIMITS.max_prompts:
+        raise InvalidRequestError(f"'prompt' may hold at most {SAMPLING_LIMITS.max_prompts} prompts; got {len(prompts)}.",
+                                  param="prompt", code="invalid_value")
+    for i, p in enumerate(prompts):
+        if p == "" or p == []:
+            param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
+            raise InvalidRequestError(f"'{param}' must not be empty.", param=param, code="invalid_value")
+    return prompts
 
 
 # Priorities a client may ask for with ``x-blink-priority``, most urgent first (``normal`` is an
@@ -114,6 +135,12 @@ def _options(body: SamplingFields, max_tokens: int | None, max_param: str, limit
             param="min_tokens",
             code="invalid_value",
         )
+    if body.stream_options is not None and not body.stream:
+        raise InvalidRequestError("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                                  param="stream_options", code="invalid_value")
+    if body.prompt_logprobs is not None and body.stream:
+        raise InvalidRequestError("'prompt_logprobs' is not available when 'stream' is enabled.",
+                                  param="prompt_logprobs", code="invalid_value")
     return SamplingOptions(
         max_tokens=max_tokens,
         temperature=1.0 if body.temperature is None else body.temperature,
@@ -130,7 +157,33 @@ def _options(body: SamplingFields, max_tokens: int | None, max_param: str, limit
         min_tokens=body.min_tokens,
         ignore_eos=body.ignore_eos,
         speculative=body.speculative,
+        logit_bias=_logit_bias(body.logit_bias),
+        prompt_logprobs=body.prompt_logprobs,
+        return_token_ids=bool(body.return_token_ids),
+        skip_special_tokens=body.skip_special_tokens,
+        include_stop_str_in_output=body.include_stop_str_in_output,
     )
+
+
+def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
+    """OpenAI's JSON keys are token ids written as decimal strings; anything else is a 400 (the
+    vocabulary bound is the backend's: only it knows the model)."""
+    if not bias:
+        return None
+    if len(bias) > SAMPLING_LIMITS.max_logit_bias_entries:
+        raise InvalidRequestError(
+            f"'logit_bias' may hold at most {SAMPLING_LIMITS.max_logit_bias_entries} token ids; got {len(bias)}.",
+            param="logit_bias", code="invalid_value",
+        )
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        if not key.isascii() or not key.isdigit() or int(key) > INT32_MAX:
+            raise InvalidRequestError(
+                f"Invalid key in 'logit_bias': {key[:40]!r} is not a token id (a non-negative integer).",
+                param="logit_bias", code="invalid_value",
+            )
+        out[int(key)] = float(value)
+    return out
 
 
 def _deadline(timeout_s: float | None) -> float | None:

@@ -13,6 +13,25 @@ from blink.protocol.errors import InvalidRequestError
 M = TypeVar("M", bound=BaseModel)
 
 
+def require_json(content_type: str | None) -> None:
+    """A POST JSON endpoint refuses a body declared as something else (a form post, text): 415.
+
+    No ``Content-Type`` at all is read as JSON, as OpenAI's API does; ``application/json``,
+    any ``+json`` type and parameters (``; charset=utf-8``) are fine.
+    """
+    if content_type is None or not content_type.strip():
+        return
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return
+    raise InvalidRequestError(
+        f"Unsupported Content-Type {media[:80]!r}: send the request body as JSON with "
+        "'Content-Type: application/json'.",
+        code="unsupported_media_type",
+        status=415,
+    )
+
+
 def parse_json_object(body: bytes) -> dict[str, Any]:
     if not body.strip():
         raise InvalidRequestError("The request body is empty; expected a JSON object.", code="invalid_json")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from importlib import metadata
 
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from blink.backends.base import GenerationRequest
+from blink.backends.base import GenerationRequest, ModelCard
 from blink.backends.registry import BackendRegistry
 from blink.config import ServerSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey
@@ -18,14 +19,23 @@ from blink.gateway.front import GatewayFront
 from blink.gateway.generation_response import GenerationResponse
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.gateway.request_mapping import apply_routing_headers, chat_request, completion_request
-from blink.gateway.request_parsing import parse_json_object, validate
+from blink.gateway.request_parsing import parse_json_object, require_json, validate
 from blink.obs import annotate, lap
 from blink.obs.metrics import GatewayMetrics
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.completions import CompletionRequest
+from blink.protocol.errors import ModelNotFoundError
 
 GenerationBody = ChatCompletionRequest | CompletionRequest
 RequestMapper = Callable[..., GenerationRequest]
+
+
+def server_version() -> str:
+    """The installed distribution's version (vLLM's ``/version`` shape); a source tree has none."""
+    try:
+        return metadata.version("blink-serve")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _json(obj: object, status: int = 200) -> Response:
@@ -46,6 +56,7 @@ def build_router(
         principal: ApiKey | None = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
         if principal is not None:  # first: a request refused by any check below is logged with its key
             annotate(key_id=principal.key_id)
+        require_json(request.headers.get("content-type"))
         raw = parse_json_object(await request.body())
         cache = GatewayFront.directives(raw, request.headers)
         body = validate(schema, raw)
@@ -81,13 +92,25 @@ def build_router(
     async def completions(request: Request) -> Response:
         return await generate(request, CompletionRequest, completion_request)
 
+    def model_object(card: ModelCard) -> dict[str, object]:
+        return {"id": card.id, "object": "model", "created": started, "owned_by": card.owned_by,
+                "max_model_len": card.max_model_len}
+
     @router.get("/v1/models")
     async def list_models() -> Response:
-        data = [
-            {"id": c.id, "object": "model", "created": started, "owned_by": c.owned_by, "max_model_len": c.max_model_len}
-            for c in registry.model_cards()
-        ]
-        return _json({"object": "list", "data": data})
+        return _json({"object": "list", "data": [model_object(c) for c in registry.model_cards()]})
+
+    @router.get("/v1/models/{model_id:path}")
+    async def retrieve_model(model_id: str) -> Response:
+        """OpenAI's ``models.retrieve``; ids may hold slashes (``org/name``)."""
+        for card in registry.model_cards():
+            if card.id == model_id:
+                return _json(model_object(card))
+        raise ModelNotFoundError(f"The model '{model_id}' does not exist", param="model")
+
+    @router.get("/version")
+    async def version() -> Response:
+        return _json({"version": server_version()})
 
     @router.get("/health")
     async def health() -> Response:

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from blink.gateway.model_inputs import check_token_counts, input_list
-from blink.gateway.request_parsing import parse_json_object, validate
+from blink.gateway.request_parsing import parse_json_object, require_json, validate
 from blink.gateway.safety.pipeline import SafetyPipeline
 from blink.gateway.safety.verdict import Verdict
 from blink.modelserver.server import ModelServer, ServedModel
@@ -50,6 +50,7 @@ def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inp
 
     @router.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:
+        require_json(request.headers.get("content-type"))
         body = validate(EmbeddingRequest, parse_json_object(await request.body()))
         model = _pick(models, body.model, "encoder")
         texts = input_list(body.input, max_inputs)
@@ -67,6 +68,7 @@ def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inp
 
     @router.post("/v1/classify")
     async def classify(request: Request) -> Response:
+        require_json(request.headers.get("content-type"))
         body = validate(ClassifyRequest, parse_json_object(await request.body()))
         model = _pick(models, body.model, "classifier")
         texts = input_list(body.input, max_inputs)
@@ -82,6 +84,7 @@ def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inp
 
     @router.post("/v1/moderations")
     async def moderations(request: Request) -> Response:
+        require_json(request.headers.get("content-type"))
         body = validate(ModerationRequest, parse_json_object(await request.body()))
         texts = input_list(body.input, max_inputs)
         results = [_moderation(await moderation.check(t)) for t in texts]

@@ -34,11 +34,18 @@ def error_event(err: BlinkError) -> bytes:
 
 
 class ChunkEncoder:
-    """Encodes one request's deltas as ``chat.completion.chunk`` or ``text_completion`` events."""
+    """Encodes one request's deltas as ``chat.completion.chunk`` or ``text_completion`` events.
 
-    __slots__ = ("_chat", "_prefix", "_suffix", "_head", "_started", "_offsets")
+    ``continuous_usage`` (vLLM's ``stream_options.continuous_usage_stats``): every chunk carries
+    the usage so far (prompt tokens of the choices started, completion tokens sent).
+    ``return_token_ids`` (vLLM): each chunk carries its token ids, a choice's first its prompt's.
+    """
 
-    def __init__(self, kind: str, request_id: str, model: str, created: int, include_usage: bool) -> None:
+    __slots__ = ("_chat", "_prefix", "_suffix", "_head", "_started", "_offsets", "_continuous", "_token_ids",
+                 "_prompt_tokens", "_completion_tokens", "_usage", "_n")
+
+    def __init__(self, kind: str, request_id: str, model: str, created: int, include_usage: bool,
+                 continuous_usage: bool = False, return_token_ids: bool = False, n: int = 1) -> None:
         self._chat = kind == "chat"
         obj = "chat.completion.chunk" if self._chat else "text_completion"
         head = orjson.dumps({"id": request_id, "object": obj, "created": created, "model": model})[:-1]
@@ -48,16 +55,48 @@ class ChunkEncoder:
         self._suffix = b'],"usage":null}\n\n' if include_usage else b"]}\n\n"
         self._started: set[int] = set()
         self._offsets: dict[int, int] = {}
+        self._continuous = continuous_usage
+        self._token_ids = return_token_ids
+        self._prompt_tokens = 0
+        self._completion_tokens = 0
+        self._usage: Usage | None = None
+        # Choices per prompt: a prompt's tokens count once, not once per choice.
+        self._n = max(1, n)
 
     def encode(self, d: Delta) -> bytes | None:
         """The SSE event for ``d``, or None when it carries nothing to show (usage only)."""
+        if self._continuous:
+            self._count(d)
         if not (d.text or d.finish_reason or d.logprobs or d.tool_calls or d.index not in self._started):
             return None
+        first = d.index not in self._started
         choice = self._chat_choice(d) if self._chat else self._completion_choice(d)
-        return self._prefix + orjson.dumps(choice) + self._suffix
+        prefix = self._prefix
+        if self._token_ids:
+            choice["token_ids"] = d.token_ids
+            if first and d.prompt_token_ids is not None:
+                if self._chat:  # vLLM: beside the choices in a chat chunk, on the choice otherwise
+                    prefix = self._head + b',"prompt_token_ids":' + orjson.dumps(d.prompt_token_ids) + b',"choices":['
+                else:
+                    choice["prompt_token_ids"] = d.prompt_token_ids
+        if not self._continuous:
+            return prefix + orjson.dumps(choice) + self._suffix
+        return prefix + orjson.dumps(choice) + b'],"usage":' + orjson.dumps(usage_dict(self._so_far())) + b"}\n\n"
 
     def usage(self, usage: Usage | None) -> bytes:
         return self._head + b',"choices":[],"usage":' + orjson.dumps(usage_dict(usage)) + b"}\n\n"
+
+    def _count(self, d: Delta) -> None:
+        if d.index not in self._started and d.prompt_token_ids is not None and d.index % self._n == 0:
+            self._prompt_tokens += len(d.prompt_token_ids)
+        self._completion_tokens += len(d.token_ids)
+        if d.usage is not None:
+            self._usage = d.usage
+
+    def _so_far(self) -> Usage:
+        if self._usage is not None:  # a backend's own figure (the final one, or an upstream's)
+            return self._usage
+        return Usage(prompt_tokens=self._prompt_tokens, completion_tokens=self._completion_tokens)
 
     def _chat_choice(self, d: Delta) -> dict[str, Any]:
         delta: dict[str, Any] = {}

@@ -47,3 +47,8 @@ class ChatCompletionRequest(SamplingFields):
     audio: dict[str, Any] | None = None
     web_search_options: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # OpenAI (reasoning models): answer length; refused by backends that cannot honour it.
+    verbosity: Literal["low", "medium", "high"] | None = None
+    # vLLM chat-template switches.
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False

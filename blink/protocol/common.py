@@ -26,7 +26,11 @@ class StrictModel(BaseModel):
 
 class StreamOptions(StrictModel):
     include_usage: bool = False
+    # vLLM: usage (so far) on every chunk.
     continuous_usage_stats: bool = False
+    # OpenAI: random padding in each event against length side channels; output-neutral, and
+    # Blink sends none (the client must not rely on it).
+    include_obfuscation: bool | None = None
 
 
 class SamplingFields(StrictModel):
@@ -44,7 +48,10 @@ class SamplingFields(StrictModel):
     presence_penalty: float | None = Field(None, ge=-_L.max_penalty, le=_L.max_penalty)
     frequency_penalty: float | None = Field(None, ge=-_L.max_penalty, le=_L.max_penalty)
     logit_bias: dict[str, LogitBias] | None = None
+    # Output-neutral identifiers (abuse tracking, cache routing): accepted, passed to upstreams.
     user: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
     # vLLM extras.
     top_k: int | None = Field(None, ge=-1, le=_L.max_top_k)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
@@ -55,7 +62,13 @@ class SamplingFields(StrictModel):
     speculative: bool = True
     stop_token_ids: Annotated[list[TokenId], Field(max_length=_L.max_stop_token_ids)] | None = None
     skip_special_tokens: bool = True
+    # Only the default: the embedded detokeniser always joins special tokens without spaces.
+    spaces_between_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    # vLLM: log-probabilities of the prompt's tokens (non-streamed responses).
+    prompt_logprobs: int | None = Field(None, ge=0, le=_L.max_logprobs)
+    # vLLM: prompt and output token ids in the response.
+    return_token_ids: bool | None = None
     # Passed through to upstreams untouched.
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None

@@ -14,6 +14,8 @@ class CompletionRequest(SamplingFields):
     prompt: Prompt
     # OpenAI caps completions logprobs at 5; vLLM (and the shared table) allows 20.
     logprobs: int | None = Field(None, ge=0, le=SAMPLING_LIMITS.max_logprobs)
+    # 0 only with echo: the prompt's text and logprobs alone (scoring a text; vLLM allows it).
+    max_tokens: int | None = Field(None, ge=0, le=SAMPLING_LIMITS.max_tokens)
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = Field(None, ge=1, le=SAMPLING_LIMITS.max_n)

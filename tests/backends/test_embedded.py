@@ -155,7 +155,9 @@ def test_the_request_share_setting_is_declared_once() -> None:
             ModelSettings(max_seqs_per_request_share=bad)
 
 
-@pytest.mark.parametrize(("raw", "param"), [({"logit_bias": {"5": 10.0}}, "logit_bias"), ({"best_of": 3}, "best_of")])
+@pytest.mark.parametrize(("raw", "param"), [({"suffix": "x"}, "suffix"), ({"best_of": 3}, "best_of"),
+                                            ({"functions": [{"name": "f"}]}, "functions"),
+                                            ({"modalities": ["text", "audio"]}, "modalities")])
 async def test_sampling_fields_the_engine_cannot_honour_are_refused(backend: EmbeddedBackend, raw: dict,
                                                                    param: str) -> None:
     req = _chat("unsupported", max_tokens=2)

@@ -119,6 +119,16 @@ def test_n_beyond_the_key_sequence_quota_is_429(secured: LiveServer, keys: ApiKe
     assert len(ok.choices) == 4
 
 
+def test_batched_prompts_count_prompts_times_n_against_the_quota(secured: LiveServer, keys: ApiKeyStore) -> None:
+    """Each choice of each prompt of a batched completion is one engine sequence."""
+    _, secret = keys.create("acme", max_sequences=4)
+    with pytest.raises(openai.RateLimitError) as exc:
+        _client(secured, secret).completions.create(model="fake", prompt=["a", "b", "c"], n=2, max_tokens=2)
+    assert isinstance(exc.value.body, dict) and exc.value.body["code"] == "too_many_sequences"
+    ok = _client(secured, secret).completions.create(model="fake", prompt=["a", "b"], n=2, max_tokens=2)
+    assert ok.choices
+
+
 def test_sequences_are_held_while_streaming_and_released_when_it_completes(
     secured: LiveServer, keys: ApiKeyStore
 ) -> None:

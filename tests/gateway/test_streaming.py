@@ -54,3 +54,37 @@ def test_aggregate_chat_with_tool_calls() -> None:
     assert c0["message"]["tool_calls"][0]["function"] == {"name": "f", "arguments": "{\"a\": 1}"}
     assert c0["message"]["content"] is None and c0["finish_reason"] == "tool_calls"
     assert c1["message"]["content"] == "b" and out["usage"]["total_tokens"] == 5
+
+
+def test_continuous_usage_and_token_ids_in_every_chunk() -> None:
+    import orjson
+
+    from blink.backends.base import Delta, Usage
+    from blink.gateway.streaming import ChunkEncoder
+
+    enc = ChunkEncoder("completion", "cmpl-1", "m", 0, include_usage=True, continuous_usage=True,
+                       return_token_ids=True)
+    first = enc.encode(Delta(index=0, text="a", token_ids=[5], prompt_token_ids=[1, 2, 3]))
+    second = enc.encode(Delta(index=0, text="b", token_ids=[6, 7], finish_reason="stop",
+                              usage=Usage(prompt_tokens=3, completion_tokens=3)))
+    events = [orjson.loads(c.removeprefix(b"data: ")) for c in (first, second) if c is not None]
+    assert [e["usage"]["completion_tokens"] for e in events] == [1, 3]
+    assert all(e["usage"]["prompt_tokens"] == 3 for e in events)
+    assert events[0]["choices"][0]["prompt_token_ids"] == [1, 2, 3]
+    assert [e["choices"][0]["token_ids"] for e in events] == [[5], [6, 7]]
+    assert "prompt_token_ids" not in events[1]["choices"][0]
+
+
+def test_chat_chunks_carry_prompt_token_ids_beside_the_choices() -> None:
+    import orjson
+
+    from blink.backends.base import Delta
+    from blink.gateway.streaming import ChunkEncoder
+
+    enc = ChunkEncoder("chat", "c-1", "m", 0, include_usage=False, return_token_ids=True)
+    first = enc.encode(Delta(index=0, text="a", token_ids=[5], prompt_token_ids=[1, 2]))
+    second = enc.encode(Delta(index=0, text="b", token_ids=[6]))
+    assert first is not None and second is not None
+    one, two = (orjson.loads(c.removeprefix(b"data: ")) for c in (first, second))
+    assert one["prompt_token_ids"] == [1, 2] and one["choices"][0]["token_ids"] == [5]
+    assert "prompt_token_ids" not in two and two["choices"][0]["token_ids"] == [6]

@@ -73,9 +73,11 @@ class SpeculationPolicy:
     @staticmethod
     def eligible(seq: Sequence) -> bool:
         """Penalties depend on each newly accepted token and min_tokens masks change mid-run,
-        so such requests decode one token at a time; ``speculative: false`` opts out."""
+        so such requests decode one token at a time; so do ``logit_bias`` requests (verification
+        measures the unbiased distribution); ``speculative: false`` opts out."""
         p = seq.params
-        return p.speculative and not p.has_penalties and seq.num_output_tokens >= p.min_tokens
+        return (p.speculative and not p.has_penalties and not p.logit_bias
+                and seq.num_output_tokens >= p.min_tokens)
 
     def lookahead(self, seq: Sequence) -> int:
         if self._num_running() > self.max_batch or not self.eligible(seq):

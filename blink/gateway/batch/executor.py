@@ -84,7 +84,7 @@ class PipelineLineExecutor:
             cache = GatewayFront.directives(raw, _NO_HEADERS)
             req = self._request(raw, endpoint)
             request_id = req.request_id
-            agg = ResponseAggregator(req.kind, req.options.n, req.options.logprobs)
+            agg = ResponseAggregator(req.kind, req.num_choices, req.options.logprobs, req.options.return_token_ids)
             async with asyncio.timeout(self._timeout_s):
                 gen = await pipeline.run(key, req, Directives(cache, server_lane=BATCH_PRIORITY))
                 try:

@@ -22,7 +22,7 @@ from blink.gateway.batch.access import Caller, caller_of
 from blink.gateway.batch.jsonl import ENDPOINTS, iter_lines, parse_lines
 from blink.gateway.batch.runner import BatchRunner, new_file_id
 from blink.gateway.batch.store import CHUNK_BYTES, BatchRecord, BatchStore, FileRecord, StorageQuotaExceeded
-from blink.gateway.request_parsing import parse_json_object
+from blink.gateway.request_parsing import parse_json_object, require_json
 from blink.protocol.errors import InvalidRequestError, NotFoundError, RequestTooLargeError
 from blink.throughput_config import BatchSettings
 
@@ -132,6 +132,7 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
 
     @router.post("/v1/batches")
     async def create_batch(request: Request) -> Response:
+        require_json(request.headers.get("content-type"))
         body = parse_json_object(await request.body())
         input_file_id = _required_str(body, "input_file_id")
         endpoint = _required_str(body, "endpoint")

@@ -18,7 +18,8 @@ from blink.backends.base import GenerationRequest, SamplingOptions
 
 # Body fields that never change the generated text: they must not split the cache.
 _IGNORED_FIELDS = frozenset(
-    {"stream", "stream_options", "user", "metadata", "service_tier", "store", "cache", "model", "messages", "prompt"}
+    {"stream", "stream_options", "user", "metadata", "service_tier", "store", "cache", "model", "messages", "prompt",
+     "prompt_cache_key", "safety_identifier"}
 )
 _OPTION_NAMES = tuple(f.name for f in fields(SamplingOptions))
 # Fields mapped into SamplingOptions (hashed in their normalised form, defaults filled in).
@@ -34,7 +35,9 @@ _TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
 
 
 def _digest(obj: object) -> bytes:
-    return hashlib.blake2b(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+    # Non-string keys: ``logit_bias`` maps token ids (ints) to values.
+    return hashlib.blake2b(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS),
+                           digest_size=16).digest()
 
 
 def normalise_text(text: str) -> str:

@@ -93,8 +93,14 @@ class ResponseCache:
         await self.store.aclose()
 
     def _cacheable(self, req: GenerationRequest) -> bool:
-        if req.options.logprobs:
-            return False  # logprobs are not stored, so a replay could not honour them
+        o = req.options
+        if o.logprobs or o.prompt_logprobs is not None or o.return_token_ids:
+            return False  # logprobs and token ids are not stored, so a replay could not honour them
+        if req.prompts is not None:
+            return False  # the keys describe one prompt
+        opts = req.raw.get("stream_options")
+        if isinstance(opts, dict) and opts.get("continuous_usage_stats"):
+            return False  # a replay has no per-token counts for usage in every chunk
         return keys.is_deterministic(req) or not self.settings.deterministic_only
 
     async def lookup(self, req: GenerationRequest, tenant: str, directives: CacheDirectives,
@@ -136,6 +142,8 @@ class ResponseCache:
     def _semantic_allowed(self, req: GenerationRequest, query: str) -> bool:
         if self.matcher is None or not self.settings.semantic.enabled or not query:
             return False
+        if req.options.echo:
+            return False  # the answer repeats its own prompt: a neighbour's would show the wrong one
         return self.settings.semantic.tool_requests or not keys.uses_tools(req)
 
     def in_background(self, coro: Coroutine[Any, Any, None]) -> None:

@@ -34,6 +34,8 @@ class ConfidenceProbe:
     def add(self, delta: Delta) -> bool | None:
         self.held.append(delta)
         for lp in delta.logprobs or ():
+            if lp.logprob is None:  # an echoed prompt's first token
+                continue
             self._sum += lp.logprob
             self._count += 1
         if self._count >= self.config.probe_tokens or delta.finish_reason is not None:

@@ -238,6 +238,7 @@ class RoutedBackend:
         return (
             self.config.continue_on_fallback
             and req.options.n == 1
+            and req.prompts is None
             and (req.kind == "chat" or isinstance(req.prompt, str))
             and self.config.retry.retryable(err)
             and not isinstance(err, DeadlineExceeded)

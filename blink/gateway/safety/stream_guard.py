@@ -63,7 +63,7 @@ class GuardedBackend(WrappingBackend):
                     continue
                 async for out in self._release(ch, delta.index, last_end, final=delta.finish_reason is not None):
                     yield out
-                if ch.ended and len(choices) >= req.options.n and all(c.ended for c in choices.values()):
+                if ch.ended and len(choices) >= req.num_choices and all(c.ended for c in choices.values()):
                     return  # every choice was cut: stop the generation
             for index, ch in choices.items():  # a stream that ended without a finish reason
                 if ch.held and not ch.ended:

@@ -19,7 +19,8 @@ def input_text(req: GenerationRequest) -> str:
     """User and system turns of a chat, or a completion's prompt (token-id prompts have no text)."""
     if req.messages is not None:
         return "\n".join(_content_text(m.get("content")) for m in req.messages if m.get("role") in ("user", "system"))
-    return req.prompt if isinstance(req.prompt, str) else ""
+    prompts = req.prompts if req.prompts is not None else [req.prompt]
+    return "\n".join(p for p in prompts if isinstance(p, str))
 
 
 def output_texts(rendered: dict[str, Any]) -> list[str]:

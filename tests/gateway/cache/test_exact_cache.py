@@ -66,6 +66,28 @@ def test_non_deterministic_requests_bypass(upstream: FakeUpstream, exact_setting
             assert resp.headers["x-blink-cache"] == "bypass"
 
 
+def test_logit_bias_and_neutral_identifiers_key_the_cache_as_they_should(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
+    with cached_gateway(exact_settings) as (server, app):
+        _post(server.url, {"messages": MSGS, "temperature": 0})
+        wait_entries(app, 1)
+        neutral = {"prompt_cache_key": "k", "safety_identifier": "s", "temperature": 0}
+        assert _post(server.url, {"messages": MSGS, **neutral}).headers["x-blink-cache"] == "exact"
+        biased = _post(server.url, {"messages": MSGS, "temperature": 0, "logit_bias": {"5": 100}})
+        assert biased.headers["x-blink-cache"] == "miss"
+
+
+def test_batched_prompts_and_continuous_usage_bypass(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
+    """Entries describe one prompt and hold no per-token counts: such requests never use them."""
+    with cached_gateway(exact_settings) as (server, _app):
+        for _ in range(2):
+            batched = httpx.post(f"{server.url}/v1/completions", timeout=30,
+                                 json={"model": "fake", "prompt": ["a", "b"], "temperature": 0, "max_tokens": 2})
+            assert batched.status_code == 200 and batched.headers["x-blink-cache"] == "bypass"
+            streamed = _post(server.url, {"messages": MSGS, "temperature": 0, "stream": True,
+                                          "stream_options": {"continuous_usage_stats": True}})
+            assert streamed.status_code == 200 and streamed.headers["x-blink-cache"] == "bypass"
+
+
 def test_cache_false_and_no_cache_header(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
     with cached_gateway(exact_settings) as (server, app):
         _post(server.url, {"messages": MSGS, "temperature": 0})

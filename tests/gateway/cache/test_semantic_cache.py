@@ -135,3 +135,19 @@ def test_semantic_hit_replays_as_a_stream(semantic: tuple[LiveServer, Any], keys
     assert raw.headers["x-blink-cache"] == "semantic"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).startswith(" t0")
     assert chunks[-1].usage is not None
+
+
+def test_echo_completions_never_take_a_neighbours_answer(semantic: tuple[LiveServer, Any],
+                                                         keys: tuple[Path, str, str]) -> None:
+    """An echoed answer starts with its own prompt: a paraphrase's entry would show the wrong one."""
+    server, app = semantic
+
+    def complete(prompt: str) -> httpx.Response:
+        return httpx.post(f"{server.url}/v1/completions", timeout=30, headers={"authorization": f"Bearer {keys[1]}"},
+                          json={"model": "fake", "prompt": prompt, "temperature": 0, "echo": True, "max_tokens": 3})
+
+    before = _entries(app)
+    assert complete("How do I reset my router password?").headers["x-blink-cache"] == "miss"
+    wait_entries(app, before + 1)
+    assert complete("How can I reset my router password?").headers["x-blink-cache"] == "miss"
+    assert complete("How do I reset my router password?").headers["x-blink-cache"] == "exact"

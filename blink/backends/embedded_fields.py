@@ -1,0 +1,31 @@
+"""Request fields the embedded engine refuses by name: they can change the output and it has no
+implementation for them (README, compatibility). Upstream backends get them as sent."""
+
+from __future__ import annotations
+
+from blink.backends.base import GenerationRequest
+from blink.protocol.errors import InvalidRequestError
+
+# Set to anything but an empty value, each is a 400 naming it.
+_UNSUPPORTED_FIELDS = ("suffix", "reasoning_effort", "verbosity", "audio", "web_search_options", "functions",
+                       "function_call")
+
+
+def refuse_unsupported(req: GenerationRequest) -> None:
+    raw = req.raw
+    best_of = raw.get("best_of")
+    if best_of is not None and best_of != req.options.n:
+        _unsupported("best_of", "'best_of' other than 'n'")
+    for name in _UNSUPPORTED_FIELDS:
+        if raw.get(name) not in (None, "", [], {}):
+            _unsupported(name, f"'{name}'")
+    modalities = raw.get("modalities")
+    if modalities is not None and list(modalities) != ["text"]:
+        _unsupported("modalities", "output 'modalities' other than [\"text\"]")
+    if raw.get("spaces_between_special_tokens") is False:
+        _unsupported("spaces_between_special_tokens", "'spaces_between_special_tokens': false")
+
+
+def _unsupported(param: str, what: str) -> None:
+    raise InvalidRequestError(f"{what} is not supported by this model's engine.", param=param,
+                              code="unsupported_parameter")

@@ -1,0 +1,88 @@
+"""Routes beside generation: GET /v1/models/{id}, GET /version, and the JSON Content-Type rule."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+from live_server import LiveServer
+
+CHAT_BODY = b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
+
+
+@pytest.fixture(scope="module")
+def http(gateway: LiveServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=gateway.url, timeout=10) as client:
+        yield client
+
+
+def test_retrieve_model_with_the_openai_client(gateway: LiveServer) -> None:
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    listed = client.models.list().data
+    model = client.models.retrieve(listed[0].id)
+    assert model.id == listed[0].id and model.object == "model"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("no-such-model")
+    body = err.value.body
+    assert isinstance(body, dict) and body["code"] == "model_not_found" and body["param"] == "model"
+
+
+def test_model_ids_with_slashes_resolve_to_404_not_a_route_miss(http: httpx.Client) -> None:
+    resp = http.get("/v1/models/org/no-such-model")
+    assert resp.status_code == 404
+    assert resp.json()["error"]["code"] == "model_not_found"
+
+
+def test_version(http: httpx.Client) -> None:
+    resp = http.get("/version")
+    assert resp.status_code == 200
+    version = resp.json()["version"]
+    assert isinstance(version, str) and version
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+def test_non_json_content_type_is_415(http: httpx.Client, content_type: str) -> None:
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        resp = http.post(path, content=CHAT_BODY, headers={"content-type": content_type})
+        assert resp.status_code == 415, (path, resp.text)
+        err = resp.json()["error"]
+        assert err["type"] == "invalid_request_error" and err["code"] == "unsupported_media_type"
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8",
+                                          "Application/JSON", None])
+def test_json_content_types_are_accepted(http: httpx.Client, content_type: str | None) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    resp = http.post("/v1/chat/completions", content=CHAT_BODY, headers=headers)
+    assert resp.status_code == 200, resp.text
+
+
+def test_prompt_logprobs_are_refused_for_an_upstream(http: httpx.Client) -> None:
+    """The gateway re-encodes an upstream's chunks and would drop them: refused by name."""
+    resp = http.post("/v1/completions", json={"model": "fake", "prompt": "hi", "max_tokens": 2, "prompt_logprobs": 1})
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert err["param"] == "prompt_logprobs" and err["code"] == "unsupported_parameter"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_return_token_ids_are_relayed_from_an_upstream(gateway: LiveServer, stream: bool) -> None:
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    kw = {"model": "fake", "prompt": "hi", "max_tokens": 3, "extra_body": {"return_token_ids": True}}
+    if not stream:
+        choice = client.completions.create(**kw).choices[0]  # type: ignore[call-overload]
+        assert choice.model_extra["token_ids"] == [100, 101, 102]
+        assert choice.model_extra["prompt_token_ids"] == [1, 2, 3]
+        return
+    chunks = [c for c in client.completions.create(stream=True, **kw) if c.choices]  # type: ignore[call-overload]
+    assert [t for c in chunks for t in c.choices[0].model_extra["token_ids"]] == [100, 101, 102]
+    assert chunks[0].choices[0].model_extra["prompt_token_ids"] == [1, 2, 3]
+
+
+def test_batched_prompts_and_echo_pass_through_to_an_upstream(http: httpx.Client) -> None:
+    resp = http.post("/v1/completions", json={"model": "fake", "prompt": ["a", "b"], "max_tokens": 2, "echo": True,
+                                              "logit_bias": {"5": 1}})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"]
