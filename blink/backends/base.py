@@ -11,6 +11,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 
+@dataclass(frozen=True, slots=True)
+class StructuredOutput:
+    """Grammar-constrained output: the engine may only produce text this spec accepts.
+
+    ``spec``: the JSON schema's JSON text (``json_schema``), a regex, a JSON list of choices, an
+    EBNF grammar (xgrammar's dialect), or ``""`` for any JSON object (``json_object``). ``param``
+    is the request field that carried it, named by the 400 when the spec is invalid.
+    """
+
+    kind: Literal["json_object", "json_schema", "regex", "choice", "grammar"]
+    spec: str
+    param: str = "response_format"
+
+
 @dataclass(slots=True)
 class SamplingOptions:
     """Sampling knobs as the OpenAI API (plus vLLM's widely used extras) names them."""
@@ -32,6 +46,10 @@ class SamplingOptions:
     min_tokens: int = 0
     ignore_eos: bool = False
     speculative: bool = True
+    # Constrain the output (response_format, vLLM's structured_outputs / guided_*, forced tool
+    # calls). Backends that cannot honour it refuse the request; openai_http upstreams get the
+    # original fields from ``GenerationRequest.raw`` instead.
+    structured: StructuredOutput | None = None
 
 
 @dataclass(slots=True)

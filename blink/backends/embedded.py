@@ -38,6 +38,7 @@ from blink.engine.errors import (
 )
 from blink.engine.outputs import RequestOutput
 from blink.engine.sampling_params import PRIORITY_RANK, SamplingParams
+from blink.engine.structured.spec import PARAM as STRUCTURED_PARAM
 from blink.protocol.errors import (
     BackendUnavailableError,
     BlinkError,
@@ -50,6 +51,8 @@ from blink.supervision_config import SupervisionSettings
 
 log = logging.getLogger("blink.backends.embedded")
 
+# ``guided_decoding_backend`` values this engine honours: its grammar engine, or the default.
+GRAMMAR_BACKENDS = ("xgrammar", "auto")
 # EWMA weight for the latency figures routing reads: ~the last 10 requests dominate.
 _EWMA_ALPHA = 0.2
 
@@ -176,6 +179,7 @@ class EmbeddedBackend:
             ignore_eos=o.ignore_eos,
             speculative=o.speculative,
             priority=_engine_priority(priority),
+            structured=None if o.structured is None else (o.structured.kind, o.structured.spec),
         )
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
@@ -184,13 +188,17 @@ class EmbeddedBackend:
         prompt = await self._prompt_encoder().encode(req)
         n = max(1, req.options.n)
         params = [self._params(req.options, len(prompt), i, req.priority) for i in range(n)]
+        structured = req.options.structured
         try:
             for p in params:
                 self.engine.check(prompt, p)
+            if structured is not None:
+                await self.engine.check_structured(structured.kind, structured.spec)
         except PromptTooLongError as exc:
             raise ContextLengthExceededError(str(exc), param=exc.param) from exc
         except InvalidParameterError as exc:
-            raise InvalidRequestError(str(exc), param=exc.param) from exc
+            param = structured.param if structured is not None and exc.param == STRUCTURED_PARAM else exc.param
+            raise InvalidRequestError(str(exc), param=param) from exc
         except EngineDeadError as exc:
             raise self.supervisor.unavailable(str(exc)) from exc
         start = time.monotonic()
@@ -297,6 +305,12 @@ def _refuse_unsupported(req: GenerationRequest) -> None:
     if req.raw.get("logit_bias"):
         raise InvalidRequestError("'logit_bias' is not supported by this model's engine.",
                                   param="logit_bias", code="unsupported_parameter")
+    backend = req.raw.get("guided_decoding_backend")
+    if backend is not None and backend not in GRAMMAR_BACKENDS:
+        raise InvalidRequestError(
+            f"'guided_decoding_backend' {backend!r} is not available; this engine's grammar backend is "
+            f"'xgrammar' ({' or '.join(repr(b) for b in GRAMMAR_BACKENDS)} accepted).",
+            param="guided_decoding_backend", code="unsupported_parameter")
     best_of = req.raw.get("best_of")
     if best_of is not None and best_of != req.options.n:
         raise InvalidRequestError("'best_of' other than 'n' is not supported by this model's engine.",

@@ -145,7 +145,9 @@ class LLMEngine:
             if state is None:  # aborted while compiling
                 continue
             try:
-                state.grammar = GrammarState(fut.result())  # type: ignore[arg-type]
+                kind = str(state.seq.params.structured[0]) if state.seq.params.structured else ""
+                extra = self._grammars.extra_mask(kind) if self._grammars is not None else None
+                state.grammar = GrammarState(fut.result(), extra)  # type: ignore[arg-type]
             except Exception as exc:
                 log.info("request %s: its grammar did not compile: %s", request_id, native_message(exc))
                 outputs.append(self._reject(state, f"request rejected: the structured output spec did not "

@@ -8,6 +8,7 @@ from random import getrandbits
 from typing import Any
 
 from blink.backends.base import GenerationRequest, SamplingOptions
+from blink.gateway.structured_request import structured_output
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.common import SamplingFields
 from blink.protocol.completions import CompletionRequest
@@ -130,6 +131,7 @@ def _options(body: SamplingFields, max_tokens: int | None, max_param: str, limit
         min_tokens=body.min_tokens,
         ignore_eos=body.ignore_eos,
         speculative=body.speculative,
+        structured=structured_output(body),
     )
 
 

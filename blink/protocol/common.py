@@ -56,6 +56,14 @@ class SamplingFields(StrictModel):
     stop_token_ids: Annotated[list[TokenId], Field(max_length=_L.max_stop_token_ids)] | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    # vLLM's structured outputs (current form, then the legacy guided_* fields it still accepts);
+    # mapped to one StructuredOutput by blink/gateway/structured_request.py, which checks them.
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_decoding_backend: str | None = None
     # Passed through to upstreams untouched.
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from blink.engine.structured.spec import compile_spec
 
 if TYPE_CHECKING:
+    import torch
     import xgrammar as xgr
 
 # Compiled grammars kept: each holds per-state token masks (tens of KB to a few MB on a 49k
@@ -40,6 +41,28 @@ class GrammarCompiler:
         self._cache: OrderedDict[tuple[str, str], Future[xgr.CompiledGrammar]] = OrderedDict()
         self.capacity = capacity
         self.vocab_size = vocab_size
+        self._info = info
+        self._no_control_chars: torch.Tensor | None = None
+
+    def extra_mask(self, kind: str) -> torch.Tensor | None:
+        """A bitmask row ANDed into every mask of a ``kind`` grammar, or None.
+
+        JSON kinds: tokens holding a control character (bytes 0x00-0x1f) are never allowed. The
+        JSON grammars print compact separators and escape control characters inside strings, so
+        valid output never contains one; xgrammar's length-bounded string rule (``maxLength``)
+        lets them through, and strict JSON parsers (Python's, pydantic's) then refuse the output.
+        """
+        if kind not in ("json_object", "json_schema"):
+            return None
+        if self._no_control_chars is None:
+            from blink.engine.structured.masks import new_bitmask
+
+            row = new_bitmask(1, self.vocab_size)[0]
+            for token_id, text in enumerate(self._info.decoded_vocab):
+                if token_id < self.vocab_size and any(b < 0x20 for b in text):
+                    row[token_id // 32] &= ~(1 << (token_id % 32))
+            self._no_control_chars = row
+        return self._no_control_chars
 
     def get(self, kind: str, spec: str) -> Future[xgr.CompiledGrammar]:
         """The compiled grammar of ``(kind, spec)``: a done future when cached, else compiling now.

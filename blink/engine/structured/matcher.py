@@ -12,10 +12,12 @@ if TYPE_CHECKING:
 class GrammarState:
     """Wraps an ``xgrammar.GrammarMatcher``: the tokens accepted so far decide the next mask."""
 
-    def __init__(self, compiled: xgr.CompiledGrammar) -> None:
+    def __init__(self, compiled: xgr.CompiledGrammar, extra_mask: torch.Tensor | None = None) -> None:
         import xgrammar as xgr
 
         self.matcher = xgr.GrammarMatcher(compiled)
+        # ANDed into every mask row (GrammarCompiler.extra_mask): tokens never allowed for this kind.
+        self.extra_mask = extra_mask
 
     def accept(self, token_id: int) -> bool:
         """Advance by one sampled token; False if the grammar forbids it (the mask should have)."""
@@ -28,6 +30,8 @@ class GrammarState:
 
     def fill(self, bitmask: torch.Tensor, row: int) -> None:
         self.matcher.fill_next_token_bitmask(bitmask, row)
+        if self.extra_mask is not None:
+            bitmask[row] &= self.extra_mask
 
     def check_drafts(self, drafts: list[int], bitmask: torch.Tensor, first_row: int) -> int:
         """Fill the mask rows of a speculative step and return how many drafts the grammar allows.
@@ -40,9 +44,11 @@ class GrammarState:
         accepted = 0
         self.fill(bitmask, first_row)
         for token in drafts:
-            if self.matcher.is_terminated() or not self.matcher.accept_token(token):
+            if not self.matcher.accept_token(token):
                 break
             accepted += 1
+            if self.matcher.is_terminated():  # a stop token ends the output: nothing follows it
+                break
             self.fill(bitmask, first_row + accepted)
         if accepted:
             self.matcher.rollback(accepted)
