@@ -13,7 +13,9 @@ Figures: cold compile (ms) per schema and the tokenizer-info build; mask fill pe
 one matcher, replaying a constrained output) and the bitmask apply for 1 and 16 rows; tokens/s at
 batch 1 and 16, unconstrained (ignore_eos) vs constrained, and their ratio (goal >= 0.9). The
 in-engine fill runs on a worker thread during the forward pass; its share shows in the ratio.
-llguidance is not measured here.
+With ``llguidance`` installed (``pip install --no-deps llguidance``), its compile and mask-fill
+times are measured the same way (same schemas, same replayed tokens, same compact separators), for
+the pick between the two engines; Blink's engine runs xgrammar.
 """
 
 from __future__ import annotations
@@ -41,10 +43,14 @@ from blink.engine.structured.masks import apply_bitmask, new_bitmask  # noqa: E4
 from blink.engine.structured.matcher import GrammarState  # noqa: E402
 from blink.engine.tokenizer import Tokenizer  # noqa: E402
 
-# Forces long output whatever the weights: 40 strings of 1-12 characters.
-LONG = {"type": "object", "properties": {"words": {"type": "array", "minItems": 40, "maxItems": 40,
-                                                   "items": {"type": "string", "minLength": 1, "maxLength": 12}}},
+# Force long output whatever the weights: at least 40 strings. LONG is the typical case (plain
+# strings: xgrammar precomputes their masks); BOUNDED adds maxLength, whose counted repetition
+# xgrammar checks token by token at run time (its slow case, shown separately).
+LONG = {"type": "object", "properties": {"words": {"type": "array", "minItems": 40, "items": {"type": "string"}}},
         "required": ["words"]}
+BOUNDED = {"type": "object", "properties": {"words": {"type": "array", "minItems": 40, "maxItems": 40,
+                                                      "items": {"type": "string", "minLength": 1, "maxLength": 12}}},
+           "required": ["words"]}
 SMALL = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
                                           "email": {"type": "string"}}, "required": ["name", "age", "email"]}
 NESTED = {  # a pydantic-style schema: $defs, refs, enums, optional fields, arrays of objects
@@ -140,6 +146,44 @@ def mask_times(tok: Tokenizer, vocab: int, output: list[int]) -> None:
     gc.close()
 
 
+def llguidance_times(tok: Tokenizer, vocab: int, output: list[int]) -> None:
+    try:
+        import llguidance
+        import llguidance.hf
+        import llguidance.torch as llt
+    except ImportError:
+        print("llguidance: not installed, not measured")
+        return
+    compact = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+    t0 = time.perf_counter()
+    lltok = llguidance.hf.from_tokenizer(tok.hf, n_vocab=vocab)
+    print(f"llguidance tokenizer (once per engine): {(time.perf_counter() - t0) * 1000:.0f} ms")
+    bitmask = llt.allocate_token_bitmask(1, lltok.vocab_size)
+    for name, schema in (("3-field", SMALL), ("nested $defs", NESTED), ("40-word array", LONG), ("enum x1000", ENUM_1000)):
+        times = []
+        for _ in range(3):
+            # llguidance compiles lazily: the grammar, the matcher and its first mask together.
+            t0 = time.perf_counter()
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=compact)
+            matcher = llguidance.LLMatcher(lltok, grammar)
+            llt.fill_next_token_bitmask(matcher, bitmask, 0)
+            times.append((time.perf_counter() - t0) * 1000)
+        print(f"llguidance compile {name:14s}: {statistics.median(times):8.1f} ms (to the first mask)")
+    matcher = llguidance.LLMatcher(lltok, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(LONG),
+                                                                                         overrides=compact))
+    fills = []
+    for token in output:
+        t0 = time.perf_counter()
+        llt.fill_next_token_bitmask(matcher, bitmask, 0)
+        fills.append((time.perf_counter() - t0) * 1000)
+        if not matcher.consume_token(token):
+            break
+    fills.sort()
+    p99 = fills[min(len(fills) - 1, int(len(fills) * 0.99))]
+    print(f"llguidance mask fill per token ({len(fills)} tokens): p50 {statistics.median(fills):.3f} ms, "
+          f"p99 {p99:.3f} ms")
+
+
 def tok_s(engine: LLMEngine, streams: int, tokens: int, schema: dict | None) -> tuple[float, list[int]]:
     if schema is None:
         params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
@@ -159,6 +203,7 @@ def main() -> None:
     ap.add_argument("--tokenizer", help="SmolLM2 .gguf file or HF tokenizer folder (49,152 tokens)")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--compile-only", action="store_true", help="only the compile times")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"CPU: {cpu_flags()}; threads {args.threads}; dtype {args.dtype}")
@@ -171,25 +216,32 @@ def main() -> None:
     vocab = engine.runner.vocab_size
     print(f"tokenizer: {engine.tokenizer.vocab_size} tokens; model vocabulary {vocab}")
     compile_times(engine.tokenizer, vocab)
-    tok_s(engine, 1, 16, LONG)  # warm-up; compiles LONG into the engine's cache
-    tok_s(engine, 1, 16, None)
-    results: dict[tuple[int, bool], list[float]] = {}
+    if args.compile_only:
+        return
+    variants: dict[str, dict | None] = {"unconstrained": None, "schema": LONG, "maxLength schema": BOUNDED}
+    for schema in variants.values():
+        tok_s(engine, 1, 16, schema)  # warm-up; compiles the schemas into the engine's cache
+    results: dict[tuple[int, str], list[float]] = {}
     sample: list[int] = []
-    for _ in range(args.rounds):  # alternate, so drift on a shared machine hits both alike
+    for _ in range(args.rounds):  # alternate, so drift on a shared machine hits all alike
         for streams in (1, 16):
-            for constrained in (False, True):
-                rate, out = tok_s(engine, streams, args.tokens, LONG if constrained else None)
-                results.setdefault((streams, constrained), []).append(rate)
-                if constrained:
+            for name, schema in variants.items():
+                rate, out = tok_s(engine, streams, args.tokens, schema)
+                results.setdefault((streams, name), []).append(rate)
+                print(f"  batch {streams:2d} {name}: {rate:.1f} tok/s", flush=True)
+                if schema is LONG:
                     sample = out
     text = engine.tokenizer.decode(sample)
     print(f"constrained sample ({len(sample)} tokens): {text[:80]!r}...")
     mask_times(engine.tokenizer, vocab, sample)
+    llguidance_times(engine.tokenizer, vocab, sample)
     for streams in (1, 16):
-        free = statistics.median(results[(streams, False)])
-        held = statistics.median(results[(streams, True)])
-        print(f"batch {streams:2d}: unconstrained {free:7.1f} tok/s   json schema {held:7.1f} tok/s   "
-              f"ratio {held / free:.2f}")
+        free = statistics.median(results[(streams, "unconstrained")])
+        line = f"batch {streams:2d}: unconstrained {free:7.1f} tok/s"
+        for name in ("schema", "maxLength schema"):
+            held = statistics.median(results[(streams, name)])
+            line += f"   {name} {held:7.1f} tok/s (ratio {held / free:.2f})"
+        print(line)
     engine.close()
 
 
