@@ -6,6 +6,12 @@ A failure inside one request's share of a step (its sampling row, detokenising, 
 logprobs, speculative verification) fails that request alone: it gets a final output with
 ``finish_reason="error"`` and a message free of tracebacks and paths (the traceback goes to the
 log), and the step carries on for everyone else. Only the batched forward pass is shared by all.
+
+Structured outputs (``SamplingParams.structured``): a request waits outside the scheduler until
+its grammar is compiled (``structured.compiler``, on its own thread); each step then masks its
+logit rows before sampling (``structured.masks``, filled during the forward), its speculative
+drafts are cut at the first one the grammar rejects, and every accepted token advances its
+grammar, which allows EOS only where the output is complete.
 """
 
 from __future__ import annotations
