@@ -52,6 +52,15 @@ class SamplingLimits:
     max_tokens: int = INT32_MAX
     min_seed: int = INT64_MIN
     max_seed: int = INT64_MAX
+    # Structured outputs: characters of one spec (a JSON schema's text, a regex, a choice list, an
+    # EBNF grammar). Compile time grows with the spec; 64 KiB holds any hand-written or
+    # pydantic-generated schema and a few thousand enum values, compiled in seconds at worst.
+    max_structured_spec_chars: int = 64 * 1024
+    # Nesting of lists and objects in a JSON schema or choice list. The grammar engine's compile
+    # time grows steeply with nesting (an object nested 100 deep took seconds on a 512-token
+    # vocabulary); 32 levels is about 16 nested objects, deeper than generated schemas go (they
+    # nest through $defs references, which do not count here).
+    max_structured_depth: int = 32
 
 
 SAMPLING_LIMITS = SamplingLimits()

@@ -42,6 +42,7 @@ from blink.engine.errors import (
 )
 from blink.engine.outputs import RequestOutput
 from blink.engine.sampling_params import PRIORITY_RANK, SamplingParams
+from blink.engine.structured.spec import PARAM as STRUCTURED_PARAM
 from blink.protocol.errors import (
     BackendUnavailableError,
     BlinkError,
@@ -201,6 +202,7 @@ class EmbeddedBackend:
             priority=_engine_priority(priority),
             logit_bias=dict(o.logit_bias) if o.logit_bias else None,
             prompt_logprobs=engine_prompt_logprobs(o),
+            structured=None if o.structured is None else (o.structured.kind, o.structured.spec),
         )
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
@@ -216,13 +218,17 @@ class EmbeddedBackend:
             for _, _, params in jobs:
                 params.skip_special_tokens = False  # the call marker is a special token
         tools = setup.calls
+        structured = setup.options.structured
         try:
             for _, prompt, params in jobs:
                 self.engine.check(prompt, params)
+            if structured is not None:
+                await self.engine.check_structured(structured.kind, structured.spec)
         except PromptTooLongError as exc:
             raise ContextLengthExceededError(str(exc), param=exc.param) from exc
         except InvalidParameterError as exc:
-            raise InvalidRequestError(str(exc), param=exc.param) from exc
+            param = structured.param if structured is not None and exc.param == STRUCTURED_PARAM else exc.param
+            raise InvalidRequestError(str(exc), param=param) from exc
         except EngineDeadError as exc:
             raise self.supervisor.unavailable(str(exc)) from exc
         start = time.monotonic()

@@ -7,6 +7,8 @@ from blink.backends.base import GenerationRequest
 from blink.protocol.errors import InvalidRequestError
 
 # Set to anything but an empty value, each is a 400 naming it.
+# vLLM's ``guided_decoding_backend`` values this engine takes: its grammar engine is xgrammar.
+GRAMMAR_BACKENDS = ("xgrammar", "auto")
 _UNSUPPORTED_FIELDS = ("suffix", "reasoning_effort", "verbosity", "audio", "web_search_options", "functions",
                        "function_call")
 
@@ -22,6 +24,12 @@ def refuse_unsupported(req: GenerationRequest) -> None:
     modalities = raw.get("modalities")
     if modalities is not None and list(modalities) != ["text"]:
         _unsupported("modalities", "output 'modalities' other than [\"text\"]")
+    backend = raw.get("guided_decoding_backend")
+    if backend is not None and backend not in GRAMMAR_BACKENDS:
+        raise InvalidRequestError(
+            f"'guided_decoding_backend' {backend!r} is not available; this engine's grammar backend is "
+            f"'xgrammar' ({' or '.join(repr(b) for b in GRAMMAR_BACKENDS)} accepted).",
+            param="guided_decoding_backend", code="unsupported_parameter")
     if raw.get("spaces_between_special_tokens") is False:
         _unsupported("spaces_between_special_tokens", "'spaces_between_special_tokens': false")
 

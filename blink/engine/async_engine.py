@@ -15,6 +15,7 @@ import os
 import tempfile
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +31,7 @@ from blink.engine.loader import resolve_model_path
 from blink.engine.outputs import EngineStats, RequestOutput
 from blink.engine.request_checks import EngineLimits, check_request
 from blink.engine.sampling_params import SamplingParams
+from blink.engine.structured.spec import check_spec
 from blink.engine.tokenizer import Tokenizer
 
 log = logging.getLogger("blink.engine")
@@ -41,6 +43,9 @@ _READY_TIMEOUT_S = 600.0
 # the last is the longest because a SIGKILL waits for a process in uninterruptible I/O (loading
 # weights on a busy disk) to leave it.
 _SHUTDOWN_JOIN_S = (2.0, 1.0, 2.0)
+# Parsed specs remembered by the frontend (each entry is just its text): the engine core's
+# compiled-grammar LRU holds 64; the frontend's cheaper entries can cover more.
+_VALID_SPECS_KEPT = 256
 
 
 class AsyncEngine:
@@ -63,6 +68,8 @@ class AsyncEngine:
         self._died = asyncio.Event()
         self._ipc_dir: tempfile.TemporaryDirectory[str] | None = None
         self._enc = msgspec.msgpack.Encoder()
+        # Structured-output specs that parsed (check_structured), least recently used first.
+        self._valid_specs: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -216,6 +223,18 @@ class AsyncEngine:
         if self.limits is None:
             raise EngineDeadError("engine is not running")
         check_request(prompt_token_ids, params, self.limits)
+
+    async def check_structured(self, kind: str, spec: str) -> None:
+        """Parse a structured-output spec off the event loop (a large schema takes milliseconds);
+        specs that passed before are remembered, so a repeated schema costs a dict lookup."""
+        key = (kind, spec)
+        if key in self._valid_specs:
+            self._valid_specs.move_to_end(key)
+            return
+        await asyncio.get_running_loop().run_in_executor(None, check_spec, kind, spec)
+        self._valid_specs[key] = None
+        while len(self._valid_specs) > _VALID_SPECS_KEPT:
+            self._valid_specs.popitem(last=False)
 
     async def generate(
         self, request_id: str, prompt_token_ids: list[int], params: SamplingParams

@@ -6,12 +6,20 @@ A failure inside one request's share of a step (its sampling row, detokenising, 
 logprobs, speculative verification) fails that request alone: it gets a final output with
 ``finish_reason="error"`` and a message free of tracebacks and paths (the traceback goes to the
 log), and the step carries on for everyone else. Only the batched forward pass is shared by all.
+
+Structured outputs (``SamplingParams.structured``): a request waits outside the scheduler until
+its grammar is compiled (``structured.compiler``, on its own thread); each step then masks its
+logit rows before sampling (``structured.masks``, filled during the forward), its speculative
+drafts are cut at the first one the grammar rejects, and every accepted token advances its
+grammar, which allows EOS only where the output is complete.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,12 +42,19 @@ from blink.engine.spec_decode.factory import build_speculator
 from blink.engine.spec_decode.policy import SpecCounters
 from blink.engine.spec_decode.speculator import Speculator
 from blink.engine.stop import StopStringMatcher
+from blink.engine.structured.compiler import GrammarCompiler
+from blink.engine.structured.masks import GrammarMasker, StepMask
+from blink.engine.structured.matcher import GrammarState
+from blink.engine.structured.spec import native_message
 from blink.engine.tokenizer import Tokenizer
 
 log = logging.getLogger("blink.engine")
 
 # What a client is told when the engine failed its request (the details stay in the server log).
 REQUEST_FAILED_MESSAGE = "The engine failed while processing this request; it was stopped. Other requests are unaffected."
+# How long an idle step waits for a grammar still compiling before returning to the core loop
+# (which then reads new requests): short enough not to delay them, long enough not to spin.
+_COMPILE_POLL_S = 0.005
 
 
 @dataclass
@@ -56,6 +71,8 @@ class _RequestState:
     # Prompt logprobs gathered so far (position 0 has none); sent once, when complete.
     prompt_logprobs: list[TokenLogprobOut | None] | None = None
     prompt_logprobs_sent: bool = False
+    # The request's grammar position when it asked for structured output.
+    grammar: GrammarState | None = None
 
 
 class LLMEngine:
@@ -76,6 +93,11 @@ class LLMEngine:
         self.scheduler = Scheduler(config, self.block_manager, lookahead)
         self.sampler = Sampler()
         self._requests: dict[str, _RequestState] = {}
+        # Structured outputs, built at the first constrained request (xgrammar loads only then).
+        self._grammars: GrammarCompiler | None = None
+        self._masker: GrammarMasker | None = None
+        # Constrained requests whose grammar is still compiling: they join the scheduler when done.
+        self._compiling: dict[str, Future[object]] = {}
         self._steps = 0
         self._last_batch = 0
         self.last_step_preemptions = 0
@@ -105,11 +127,52 @@ class LLMEngine:
         if params.prompt_logprobs is not None:
             state.prompt_logprobs = [None]
         self._requests[request_id] = state
+        if params.structured is not None:
+            kind, spec = params.structured
+            self._compiling[request_id] = self._grammar_compiler().get(str(kind), str(spec))
+            return
         self.scheduler.add(seq)
+
+    def _grammar_compiler(self) -> GrammarCompiler:
+        if self._grammars is None:
+            eos = sorted(self.tokenizer.eos_token_ids)
+            self._grammars = GrammarCompiler(self.tokenizer.hf, self.runner.vocab_size, eos)
+            self._masker = GrammarMasker(self.runner.vocab_size)
+        return self._grammars
+
+    def _admit_compiled(self, wait: bool) -> list[RequestOutput]:
+        """Move requests whose grammar is ready into the scheduler; reject those that failed.
+
+        ``wait``: nothing else to do this step, so block briefly for a compile to finish.
+        """
+        if not self._compiling:
+            return []
+        if wait:
+            wait_futures(list(self._compiling.values()), timeout=_COMPILE_POLL_S, return_when=FIRST_COMPLETED)
+        outputs: list[RequestOutput] = []
+        for request_id, fut in list(self._compiling.items()):
+            if not fut.done():
+                continue
+            del self._compiling[request_id]
+            state = self._requests.get(request_id)
+            if state is None:  # aborted while compiling
+                continue
+            try:
+                kind = str(state.seq.params.structured[0]) if state.seq.params.structured else ""
+                extra = self._grammars.extra_mask(kind) if self._grammars is not None else None
+                state.grammar = GrammarState(fut.result(), extra)  # type: ignore[arg-type]
+            except Exception as exc:
+                log.info("request %s: its grammar did not compile: %s", request_id, native_message(exc))
+                outputs.append(self._reject(state, f"request rejected: the structured output spec did not "
+                                                   f"compile: {native_message(exc)}"))
+                continue
+            self.scheduler.add(state.seq)
+        return outputs
 
     def abort_request(self, request_id: str) -> bool:
         """Drop a request and free its blocks now; True when it was live."""
         state = self._requests.pop(request_id, None)
+        self._compiling.pop(request_id, None)
         if state is None:
             return False
         self.scheduler.abort(request_id)
@@ -120,14 +183,22 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return bool(self._requests)
 
+    def close(self) -> None:
+        """Stop the grammar threads (if any were started); the engine is unusable afterwards."""
+        if self._grammars is not None:
+            self._grammars.close()
+        if self._masker is not None:
+            self._masker.close()
+
     # -- the step ---------------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        outputs: list[RequestOutput] = self._admit_compiled(wait=self.scheduler.num_running == 0
+                                                            and self.scheduler.num_waiting == 0)
         out = self.scheduler.schedule()
         self._steps += 1
         self._last_batch = len(out.scheduled)
         self.last_step_preemptions = len(out.preempted)
-        outputs: list[RequestOutput] = []
         for seq in out.finished:  # ended by the scheduler (outgrew the KV pool); blocks already freed
             state = self._requests.get(seq.request_id)
             if state is not None:
@@ -140,10 +211,15 @@ class LLMEngine:
             return outputs
         if self.speculator is not None:
             self.speculator.propose(out.scheduled)
-        # Read before anything below changes them (recording prompt logprobs ends the pending state).
+        # Grammar masks first: checking drafts against a grammar may drop some, which changes the
+        # item's logit rows. Then read the rest before anything below changes them (recording
+        # prompt logprobs ends the pending state).
+        mask = self._start_masks(out.scheduled)
         counts = [item.num_logits for item in out.scheduled]
         starts = [item.seq.num_computed_tokens for item in out.scheduled]
         logits = self.runner.execute(out.scheduled)
+        if mask is not None:
+            mask.apply(logits)
         self.scheduler.update_after_step(out)
         # Logit rows per scheduled sequence: its last token, then one per speculative token (or
         # one per token while its prompt logprobs are pending; the last is the sampling row).
@@ -219,6 +295,41 @@ class LLMEngine:
         if len(state.prompt_logprobs) >= seq.num_prompt_tokens:
             seq.prompt_logits_pending = False
         return None
+    def _start_masks(self, scheduled: list[ScheduledSeq]) -> StepMask | None:
+        """Grammar masks of this step's constrained rows: speculative rows now (a draft the grammar
+        rejects is dropped before the forward, with every draft after it), the rest on the mask
+        thread while the model runs. None when no scheduled request is constrained."""
+        if self._masker is None:
+            return None
+        grammars = [self._grammar_of(item.seq) for item in scheduled]
+        if not any(g is not None for g in grammars):
+            return None
+        # Logit rows as the step lays them out (ScheduledSeq.num_logits): an item's sampling rows
+        # (its last token's, then one per draft) are its last ones; earlier rows (prompt
+        # logprobs) are never sampled and stay unmasked.
+        mask = self._masker.new_mask(sum(item.num_logits for item in scheduled))
+        deferred: list[tuple[int, GrammarState]] = []
+        base = 0
+        for item, grammar in zip(scheduled, grammars, strict=True):
+            row = base + item.num_logits - 1 - len(item.spec_token_ids)
+            if grammar is not None and item.spec_token_ids:
+                try:
+                    kept = grammar.check_drafts(item.spec_token_ids, mask.bitmask, row)
+                except Exception:  # this request alone fails: its all-forbidden row fails the accept
+                    log.exception("request %s: checking drafts against its grammar failed", item.seq.request_id)
+                    kept = 0
+                    mask.bitmask[row] = 0
+                del item.spec_token_ids[kept:]
+                mask.rows.extend(range(row, row + 1 + kept))
+            elif grammar is not None:
+                deferred.append((row, grammar))
+            base += item.num_logits  # after any drafts were dropped
+        self._masker.start(mask, deferred)
+        return mask
+
+    def _grammar_of(self, seq: Sequence) -> GrammarState | None:
+        state = self._requests.get(seq.request_id)
+        return state.grammar if state is not None else None
 
     def _sample_each(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[SampleResult | None]:
         """One batched draw; if it fails, each row alone, so only the rows that fail again are lost."""
@@ -234,6 +345,13 @@ class LLMEngine:
                 log.exception("sampling failed for request %s", seq.request_id)
                 results.append(None)
         return results
+
+    def _reject(self, state: _RequestState, message: str) -> RequestOutput:
+        """End a request that never reached the scheduler, with a message written for the client."""
+        seq = state.seq
+        self._requests.pop(seq.request_id, None)
+        return RequestOutput(request_id=seq.request_id, new_token_ids=[], text="", finished=True,
+                             finish_reason="error", num_prompt_tokens=seq.num_prompt_tokens, error=message)
 
     def _fail(self, state: _RequestState, stage: str, trace: bool = True) -> RequestOutput:
         """End one request with an error output and free its blocks; the step goes on.
@@ -286,6 +404,8 @@ class LLMEngine:
     def _accept_token(self, state: _RequestState, token_id: int) -> None:
         seq = state.seq
         params = seq.params
+        if state.grammar is not None and not state.grammar.accept(token_id):
+            raise RuntimeError(f"token {token_id} was sampled against the request's grammar")
         seq.append_token(token_id)
         state.new_ids.append(token_id)
         n_out = len(seq.output_token_ids)
@@ -304,6 +424,8 @@ class LLMEngine:
                     reason, stop_reason = "stop", state.stops.matched
             if delta:
                 state.new_text.append(delta)
+        if reason is None and state.grammar is not None and state.grammar.terminated:
+            reason = "stop"  # the grammar is complete and accepted its end (a stop token)
         if reason is None:
             if params.max_tokens is not None and n_out >= params.max_tokens:
                 reason = "length"

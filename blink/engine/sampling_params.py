@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from blink.engine.errors import InvalidParameterError
+from blink.engine.structured.spec import PARAM, check_shape
 from blink.request_limits import INT32_MAX, SAMPLING_LIMITS
 
 _L = SAMPLING_LIMITS
@@ -50,6 +51,9 @@ class SamplingParams:
     speculative: bool = True
     # Scheduling class: a key of PRIORITY_RANK.
     priority: str = "interactive"
+    # Grammar-constrained decoding: (kind, spec), kind one of blink.engine.structured.spec.KINDS.
+    # A tuple (or, after msgpack, a two-item list) so it crosses the engine-core seam as is.
+    structured: tuple[str, str] | None = None
 
     @property
     def is_greedy(self) -> bool:
@@ -109,6 +113,7 @@ class SamplingParams:
             raise InvalidParameterError(
                 f"priority must be one of {', '.join(PRIORITY_RANK)}", param="priority"
             )
+        self._validate_structured()
         for flag in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output", "speculative"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidParameterError(f"{flag} must be a boolean", param=flag)
@@ -127,6 +132,22 @@ class SamplingParams:
             if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token <= INT32_MAX:
                 raise InvalidParameterError("logit_bias keys must be non-negative token ids", param="logit_bias")
             _check_number(bias, "logit_bias", -_L.max_logit_bias, _L.max_logit_bias)
+
+    def _validate_structured(self) -> None:
+        """Shape and size only: the grammar engine's parse check is ``structured.spec.check_spec``,
+        run by the frontend off the event loop; the core compiles (and so checks) it again."""
+        if self.structured is None:
+            return
+        if not isinstance(self.structured, tuple | list) or len(self.structured) != 2:
+            raise InvalidParameterError("structured must be a (kind, spec) pair", param=PARAM)
+        kind, spec = self.structured
+        check_shape(kind, spec)
+        # With a grammar, EOS is allowed exactly when the output is complete: forcing it later
+        # (min_tokens) or past it (ignore_eos) would contradict the grammar, so neither is taken.
+        if self.min_tokens:
+            raise InvalidParameterError("min_tokens cannot be combined with structured outputs", param="min_tokens")
+        if self.ignore_eos:
+            raise InvalidParameterError("ignore_eos cannot be combined with structured outputs", param="ignore_eos")
 
     def _validate_stop(self) -> None:
         if not isinstance(self.stop, list):

@@ -8,6 +8,7 @@ from random import getrandbits
 from typing import Any
 
 from blink.backends.base import GenerationRequest, SamplingOptions
+from blink.gateway.structured_request import structured_output
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.common import SamplingFields
 from blink.protocol.completions import CompletionRequest, Prompt
@@ -162,6 +163,7 @@ def _options(body: SamplingFields, max_tokens: int | None, max_param: str, limit
         return_token_ids=bool(body.return_token_ids),
         skip_special_tokens=body.skip_special_tokens,
         include_stop_str_in_output=body.include_stop_str_in_output,
+        structured=structured_output(body),
     )
 
 

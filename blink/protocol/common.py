@@ -69,6 +69,14 @@ class SamplingFields(StrictModel):
     prompt_logprobs: int | None = Field(None, ge=0, le=_L.max_logprobs)
     # vLLM: prompt and output token ids in the response.
     return_token_ids: bool | None = None
+    # vLLM's structured outputs (current form, then the legacy guided_* fields it still accepts);
+    # mapped to one StructuredOutput by blink/gateway/structured_request.py, which checks them.
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_decoding_backend: str | None = None
     # Passed through to upstreams untouched.
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None

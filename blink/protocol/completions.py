@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from blink.protocol.common import SamplingFields
@@ -19,3 +21,5 @@ class CompletionRequest(SamplingFields):
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = Field(None, ge=1, le=SAMPLING_LIMITS.max_n)
+    # vLLM accepts OpenAI's chat response_format on completions too.
+    response_format: dict[str, Any] | None = None
