@@ -51,8 +51,9 @@ class PromptEncoder:
         try:
             if req.kind == "chat":
                 chat = chat or ChatInputs(req.messages or [])
+                # As vLLM: chat_template_kwargs override the request's own template switches.
                 text = self.tokenizer.render_chat(chat.messages, tools=chat.tools,
-                                                  **{**chat.template_kwargs, **_template_switches(req)})
+                                                  **{**_template_switches(req), **chat.template_kwargs})
                 self._refuse_if_certainly_too_long(text, param)
                 # The template places any BOS itself.
                 return self.tokenizer.encode(text, add_special_tokens=False)
