@@ -1,0 +1,76 @@
+"""The configuration ``blink serve --model M`` runs with when no flag says otherwise.
+
+Users run the defaults, so the defaults must be the fastest configuration whose quality was
+measured to hold on real weights (benchmarks/real_model_quality.py; figures and CPU in
+benchmarks/RESULTS.md, "Quality on real weights"). What is fastest depends on the CPU, so the
+choice is a pure function of its features (blink/engine/cpu_features.py) and of what the user
+set: anything set explicitly is kept as it is; only ``dtype="auto"``, ``quantization="auto"`` and
+``threads=0`` are chosen here.
+
+- dtype: bfloat16 where the CPU computes it natively (AVX512-BF16 or AMX); elsewhere bf16 is
+  emulated and slower than the checkpoint's own dtype, which "auto" then keeps.
+- quantization, only when the compute dtype is bf16 on an AVX-512 CPU (where the int8 kernels
+  and the fused decode step run): int8 weights for decode, which is bandwidth bound. Prefill:
+  with AMX, the dense bf16 weights (``int8-dense-prefill``: oneDNN's AMX bf16 GEMMs beat the int8
+  path); without AMX, W8A8 (``int8-w8a8``) only while it passes its perplexity bound, else the
+  dense weights. An explicit float32 means exact output is wanted, so nothing is quantized.
+- threads: the engine's default (all cores but the one left to the gateway on small machines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from blink.engine.cpu_features import CpuFeatures
+
+# Whether W8A8 prefill kept SmolLM2-135M-Instruct's perplexity within +3% of fp32 (issue #22's
+# bound), measured by benchmarks/real_model_quality.py; see benchmarks/RESULTS.md.
+W8A8_PASSES_QUALITY_BOUND = True
+# Whether int8 weights (decode) kept it within +1% of fp32; the same measurement.
+INT8_PASSES_QUALITY_BOUND = True
+
+QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill", "int8-w8a8", "fp8")
+
+
+@dataclass(frozen=True)
+class ServingChoice:
+    """The engine settings to run with, and which of them were chosen rather than given."""
+
+    dtype: str
+    quantization: str
+    threads: int
+    chosen: tuple[str, ...]
+    cpu: CpuFeatures
+
+    def line(self) -> str:
+        """One line for the start-up log: the configuration and what it was chosen for."""
+        picked = f"chosen for {self.cpu.describe()}" if self.chosen else "all set explicitly"
+        auto = f" (auto: {', '.join(self.chosen)})" if self.chosen else ""
+        return (f"engine configuration: dtype={self.dtype} quantization={self.quantization} "
+                f"threads={self.threads}{auto}; {picked}")
+
+
+def choose_serving_config(
+    dtype: str, quantization: str, threads: int, device: str, cpu: CpuFeatures, default_threads: int
+) -> ServingChoice:
+    """Fill in what the user left to Blink ("auto", "auto", 0) for ``cpu``; keep the rest."""
+    chosen: list[str] = []
+    on_cpu = device == "cpu"
+    if dtype == "auto" and on_cpu and cpu.native_bf16:
+        dtype = "bfloat16"
+        chosen.append("dtype")
+    if quantization == "auto":
+        quantization = _quantization(dtype, on_cpu, cpu)
+        chosen.append("quantization")
+    if threads == 0:
+        threads = default_threads
+        chosen.append("threads")
+    return ServingChoice(dtype, quantization, threads, tuple(chosen), cpu)
+
+
+def _quantization(dtype: str, on_cpu: bool, cpu: CpuFeatures) -> str:
+    if not (on_cpu and dtype == "bfloat16" and "avx512f" in cpu.flags and INT8_PASSES_QUALITY_BOUND):
+        return "none"
+    if cpu.amx or not W8A8_PASSES_QUALITY_BOUND:
+        return "int8-dense-prefill"
+    return "int8-w8a8"
