@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from blink.engine.cpu_features import CpuFeatures
-from blink.engine.fast_defaults import choose_serving_config
+from blink.engine.fast_defaults import W8A8_PASSES_QUALITY_BOUND, choose_serving_config
 
 AMX = CpuFeatures("Intel Xeon (AMX)", frozenset({"avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8"}), 2)
 AVX512_BF16 = CpuFeatures("AMD EPYC", frozenset({"avx512f", "avx512_vnni", "avx512_bf16"}), 2)
@@ -11,8 +11,9 @@ AVX512_ONLY = CpuFeatures("Intel Xeon (Skylake)", frozenset({"avx512f", "avx512_
 AVX2 = CpuFeatures("laptop", frozenset({"avx2"}), 8)
 
 
-def choose(cpu: CpuFeatures, dtype: str = "auto", quantization: str = "auto", threads: int = 0, device: str = "cpu"):
-    return choose_serving_config(dtype, quantization, threads, device, cpu, default_threads=1)
+def choose(cpu: CpuFeatures, dtype: str = "auto", quantization: str = "auto", threads: int = 0, device: str = "cpu",
+           w8a8_passes: bool = False):
+    return choose_serving_config(dtype, quantization, threads, device, cpu, default_threads=1, w8a8_passes=w8a8_passes)
 
 
 def test_amx_gets_bf16_int8_decode_and_dense_bf16_prefill() -> None:
@@ -21,9 +22,17 @@ def test_amx_gets_bf16_int8_decode_and_dense_bf16_prefill() -> None:
     assert c.chosen == ("dtype", "quantization", "threads")
 
 
-def test_native_bf16_without_amx_gets_w8a8_prefill() -> None:
+def test_native_bf16_without_amx_gets_w8a8_prefill_only_where_it_passed_its_bound() -> None:
     c = choose(AVX512_BF16)
-    assert (c.dtype, c.quantization) == ("bfloat16", "int8-w8a8")
+    assert (c.dtype, c.quantization) == ("bfloat16", "int8-dense-prefill")
+    assert choose(AVX512_BF16, w8a8_passes=True).quantization == "int8-w8a8"
+    assert choose(AMX, w8a8_passes=True).quantization == "int8-dense-prefill"
+
+
+def test_the_measured_w8a8_verdict_is_the_default() -> None:
+    # benchmarks/RESULTS.md, "Quality on real weights": W8A8 missed its +3% bound on SmolLM2.
+    assert W8A8_PASSES_QUALITY_BOUND is False
+    assert choose_serving_config("auto", "auto", 0, "cpu", AVX512_BF16, 1).quantization == "int8-dense-prefill"
 
 
 def test_without_native_bf16_the_checkpoint_dtype_is_kept_unquantized() -> None:
@@ -34,7 +43,7 @@ def test_without_native_bf16_the_checkpoint_dtype_is_kept_unquantized() -> None:
 
 
 def test_explicit_bf16_still_gets_the_int8_modes_only_on_avx512() -> None:
-    assert choose(AVX512_ONLY, dtype="bfloat16").quantization == "int8-w8a8"
+    assert choose(AVX512_ONLY, dtype="bfloat16").quantization == "int8-dense-prefill"
     assert choose(AVX2, dtype="bfloat16").quantization == "none"
 
 
