@@ -5,7 +5,8 @@
 In-process engines on the GGUF ``blink serve`` falls back to offline: the configuration
 ``blink serve --model M`` picks here (blink/engine/fast_defaults.py), and explicit alternatives,
 each timed for TTFT (one prompt, prefix caching off) and batch-1 decode, the configurations
-alternating round by round so the machine's drift hits all alike.
+alternating round by round so the machine's drift hits all alike. All engines share one process,
+so torch's thread count is set to each configuration's before it is timed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -71,6 +74,8 @@ def main() -> None:
         timed(engine, prompts[lengths[0]][:16], 4)  # warm-up
     for _ in range(args.reps):
         for name, engine in engines.items():
+            # torch's thread count is per process, and each runner set it only when built.
+            torch.set_num_threads(engine.config.threads)
             for n in lengths:
                 t, r = timed(engine, prompts[n], args.decode_tokens if n == lengths[0] else 2)
                 ttft.setdefault((name, n), []).append(t)

@@ -15,7 +15,10 @@ set: anything set explicitly is kept as it is; only ``dtype="auto"``, ``quantiza
   and always with AMX (oneDNN's AMX bf16 GEMMs beat the int8 path there), the dense bf16
   weights (``int8-dense-prefill``). An explicit float32 means exact output is wanted, so
   nothing is quantized.
-- threads: the engine's default (all cores but the one left to the gateway on small machines).
+- threads: every core on machines with at most two (one engine thread there left prefill and
+  decode ~1.6x slower than two: benchmarks/real_model_defaults.py, RESULTS.md; the gateway's
+  share per token is small and it runs between the engine's steps), else the engine's default
+  (all cores but one or two, left to the gateway).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ W8A8_PASSES_QUALITY_BOUND = False
 # Whether int8 weights (decode) kept it within +1% of fp32; the same measurement.
 INT8_PASSES_QUALITY_BOUND = True
 
-QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill", "int8-w8a8", "fp8")
+# Machines this small give the engine every core (see the module docstring).
+_ALL_CORES_UP_TO = 2
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ def choose_serving_config(
         quantization = _quantization(dtype, on_cpu, cpu, w8a8_passes)
         chosen.append("quantization")
     if threads == 0:
-        threads = default_threads
+        threads = cpu.cores if cpu.cores <= _ALL_CORES_UP_TO else default_threads
         chosen.append("threads")
     return ServingChoice(dtype, quantization, threads, tuple(chosen), cpu)
 

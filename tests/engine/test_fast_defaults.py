@@ -18,7 +18,7 @@ def choose(cpu: CpuFeatures, dtype: str = "auto", quantization: str = "auto", th
 
 def test_amx_gets_bf16_int8_decode_and_dense_bf16_prefill() -> None:
     c = choose(AMX)
-    assert (c.dtype, c.quantization, c.threads) == ("bfloat16", "int8-dense-prefill", 1)
+    assert (c.dtype, c.quantization, c.threads) == ("bfloat16", "int8-dense-prefill", 2)
     assert c.chosen == ("dtype", "quantization", "threads")
 
 
@@ -66,8 +66,15 @@ def test_a_gpu_keeps_the_checkpoint_dtype_unquantized() -> None:
 
 def test_the_start_up_line_names_the_configuration_and_the_cpu() -> None:
     line = choose(AMX).line()
-    assert line == ("engine configuration: dtype=bfloat16 quantization=int8-dense-prefill threads=1 "
+    assert line == ("engine configuration: dtype=bfloat16 quantization=int8-dense-prefill threads=2 "
                     "(auto: dtype, quantization, threads); chosen for Intel Xeon (AMX) "
                     "(amx_bf16, amx_int8, avx512_bf16, avx512_vnni, avx512f; 2 cores)")
     explicit = choose(AMX, dtype="float32", quantization="none", threads=2).line()
     assert explicit == "engine configuration: dtype=float32 quantization=none threads=2; all set explicitly"
+
+
+def test_two_core_machines_give_the_engine_both_cores_larger_ones_keep_the_engine_default() -> None:
+    assert choose(AVX512_BF16).threads == 2  # AVX512_BF16 has 2 cores
+    assert choose(AVX512_ONLY).threads == 1  # 4 cores: the default_threads passed in
+    assert choose(AVX2).threads == 1
+    assert choose(AVX512_BF16, threads=1).threads == 1
