@@ -16,9 +16,9 @@ set: anything set explicitly is kept as it is; only ``dtype="auto"``, ``quantiza
   weights (``int8-dense-prefill``). An explicit float32 means exact output is wanted, so
   nothing is quantized.
 - threads: every core on machines with at most two (one engine thread there left prefill and
-  decode ~1.6x slower than two: benchmarks/real_model_defaults.py, RESULTS.md; the gateway's
-  share per token is small and it runs between the engine's steps), else the engine's default
-  (all cores but one or two, left to the gateway).
+  decode far slower than two: benchmarks/real_model_defaults.py, figures in RESULTS.md; the
+  gateway's share per token is small), else the engine's default (all cores but one or two,
+  left to the gateway).
 """
 
 from __future__ import annotations
