@@ -115,6 +115,8 @@ class ModelSettings(BaseModel):
     kind: Literal["embedded", "openai_http", "vllm"] = "embedded"
     # embedded: Hugging Face id or local folder.
     model: str | None = None
+    # auto: bfloat16 where the CPU has native bf16 (AVX512-BF16 or AMX), else the checkpoint's
+    # dtype (blink/engine/fast_defaults.py).
     dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
     device: str = "cpu"
     kv_cache_memory_bytes: ByteSize = 512 * 1024 * 1024
@@ -145,7 +147,9 @@ class ModelSettings(BaseModel):
     # int8-dense-prefill also keeps the loaded weights for prefill (faster TTFT, more memory);
     # int8-w8a8 runs prefill with int8 activations too (per-row scales; int8 memory only);
     # fp8: e4m3 weights and per-token activations on CUDA GPUs with fp8 tensor cores.
-    quantization: Literal["none", "int8", "int8-dense-prefill", "int8-w8a8", "fp8"] = "none"
+    # auto: the fastest mode whose quality was measured to hold, for this CPU and dtype
+    # (blink/engine/fast_defaults.py); none when dtype is float32 or the device a GPU.
+    quantization: Literal["auto", "none", "int8", "int8-dense-prefill", "int8-w8a8", "fp8"] = "auto"
     # KV cache storage: "auto" (the model dtype), "fp8" (e4m3: half of bf16's bytes, twice the
     # blocks for the same kv_cache_memory_bytes) or "int8" (per-row scales; 1.88x the blocks at
     # head_dim 64); CPU, bf16/fp32 models. blink/engine/kv_cache_dtype.py.

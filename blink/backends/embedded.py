@@ -32,6 +32,7 @@ from blink.backends.tool_parsers import ParserName, ToolParserSetting, detect_pa
 from blink.demo.default_model import FallbackModel
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig
+from blink.engine.cpu_features import read_cpu_features
 from blink.engine.errors import (
     EngineDeadError,
     EngineError,
@@ -40,6 +41,7 @@ from blink.engine.errors import (
     PromptTooLongError,
     RequestFailedError,
 )
+from blink.engine.fast_defaults import ServingChoice, choose_serving_config
 from blink.engine.outputs import RequestOutput
 from blink.engine.sampling_params import PRIORITY_RANK, SamplingParams
 from blink.engine.structured.spec import PARAM as STRUCTURED_PARAM
@@ -348,12 +350,18 @@ def _ewma(prev: float | None, value: float) -> float:
     return value if prev is None else prev + _EWMA_ALPHA * (value - prev)
 
 
-def engine_config_from_settings(ms: Any) -> EngineConfig:
+def serving_choice(ms: Any) -> ServingChoice:
+    """What this machine runs ``ms`` with: its explicit settings, the fast defaults for the rest."""
+    return choose_serving_config(ms.dtype, getattr(ms, "quantization", "auto"), getattr(ms, "threads", 0),
+                                 ms.device, read_cpu_features(), default_threads())
+
+
+def engine_config_from_settings(ms: Any, choice: ServingChoice | None = None) -> EngineConfig:
     """Map a ``ModelSettings`` (config layer) onto the engine's own config."""
-    threads = ms.threads if getattr(ms, "threads", 0) else default_threads()
+    choice = choice or serving_choice(ms)
     return EngineConfig(
         model=ms.model,
-        dtype=ms.dtype,
+        dtype=choice.dtype,  # type: ignore[arg-type]
         device=ms.device,
         kv_cache_memory_bytes=int(ms.kv_cache_memory_bytes),
         block_size=ms.block_size,
@@ -365,9 +373,9 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
         max_model_len=ms.max_model_len or 0,
         enable_prefix_caching=ms.enable_prefix_caching,
         enable_chunked_prefill=ms.enable_chunked_prefill,
-        threads=threads,
+        threads=choice.threads,
         nice=getattr(ms, "engine_nice", 0),
-        quantization=getattr(ms, "quantization", "none"),
+        quantization=choice.quantization,
         kv_cache_dtype=getattr(ms, "kv_cache_dtype", "auto"),
         compile=getattr(ms, "compile", False),
         compile_mode=getattr(ms, "compile_mode", "frozen"),
@@ -381,6 +389,8 @@ def engine_config_from_settings(ms: Any) -> EngineConfig:
 def create_embedded_backend(ms: Any, *, fallback_model: Callable[[], FallbackModel] | None = None) -> EmbeddedBackend:
     """Factory used by ``blink.serve``; ``fallback_model`` gives the model served when ``ms.model``
     cannot be had (blink.demo.default_model)."""
-    return EmbeddedBackend(ms.name, engine_config_from_settings(ms), fallback_model=fallback_model,
+    choice = serving_choice(ms)
+    print(f"blink: {ms.name}: {choice.line()}", flush=True)
+    return EmbeddedBackend(ms.name, engine_config_from_settings(ms, choice), fallback_model=fallback_model,
                            supervision=getattr(ms, "supervision", None),
                            tool_parser=getattr(ms, "tool_parser", "auto"))

@@ -165,3 +165,27 @@ async def test_sampling_fields_the_engine_cannot_honour_are_refused(backend: Emb
     with pytest.raises(InvalidRequestError) as exc:
         [d async for d in backend.stream(req)]
     assert exc.value.param == param and exc.value.code == "unsupported_parameter"
+
+
+def test_serving_with_no_flags_prints_and_runs_the_fast_defaults(tiny_qwen2: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from blink.backends.embedded import create_embedded_backend
+    from blink.config import ModelSettings
+    from blink.engine.async_engine import default_threads
+    from blink.engine.cpu_features import read_cpu_features
+    from blink.engine.fast_defaults import choose_serving_config
+
+    backend = create_embedded_backend(ModelSettings(name="tiny", model=str(tiny_qwen2)))
+    want = choose_serving_config("auto", "auto", 0, "cpu", read_cpu_features(), default_threads())
+    assert capsys.readouterr().out == f"blink: tiny: {want.line()}\n"
+    config = backend.engine.config
+    assert (config.dtype, config.quantization, config.threads) == (want.dtype, want.quantization, want.threads)
+    assert want.chosen == (("dtype",) if read_cpu_features().native_bf16 else ()) + ("quantization", "threads")
+
+
+def test_explicit_settings_reach_the_engine_unchanged(tiny_qwen2: Path) -> None:
+    from blink.backends.embedded import engine_config_from_settings
+    from blink.config import ModelSettings
+
+    ms = ModelSettings(name="tiny", model=str(tiny_qwen2), dtype="float32", quantization="none", threads=1)
+    config = engine_config_from_settings(ms)
+    assert (config.dtype, config.quantization, config.threads) == ("float32", "none", 1)

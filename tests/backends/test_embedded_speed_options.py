@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from blink.backends.embedded import engine_config_from_settings
+from blink.backends.embedded import engine_config_from_settings, serving_choice
 from blink.config import ModelSettings
 from blink.gateway.request_mapping import chat_request
 from blink.protocol.chat import ChatCompletionRequest
@@ -19,7 +19,8 @@ def test_engine_config_gets_speculation_and_quantization() -> None:
     assert (cfg.speculative, cfg.speculative_draft_model, cfg.num_speculative_tokens) == ("draft", "d", 3)
     assert cfg.quantization == "int8"
     plain = engine_config_from_settings(ModelSettings(model="m"))
-    assert (plain.speculative, plain.quantization) == (None, "none")
+    # No quantization set: the fast default for this CPU (tests/engine/test_fast_defaults.py).
+    assert (plain.speculative, plain.quantization) == (None, serving_choice(ModelSettings(model="m")).quantization)
     assert (plain.compile, plain.compile_mode) == (False, "frozen")
     compiled = engine_config_from_settings(ModelSettings(model="m", compile=True, compile_mode="layers"))
     assert (compiled.compile, compiled.compile_mode) == (True, "layers")

@@ -1,0 +1,88 @@
+"""The configuration ``blink serve --model M`` runs with when no flag says otherwise.
+
+Users run the defaults, so the defaults must be the fastest configuration whose quality was
+measured to hold on real weights (benchmarks/real_model_quality.py; figures and CPU in
+benchmarks/RESULTS.md, "Quality on real weights"). What is fastest depends on the CPU, so the
+choice is a pure function of its features (blink/engine/cpu_features.py) and of what the user
+set: anything set explicitly is kept as it is; only ``dtype="auto"``, ``quantization="auto"`` and
+``threads=0`` are chosen here.
+
+- dtype: bfloat16 where the CPU computes it natively (AVX512-BF16 or AMX); elsewhere bf16 is
+  emulated and slower than the checkpoint's own dtype, which "auto" then keeps.
+- quantization, only when the compute dtype is bf16 on an AVX-512 CPU (where the int8 kernels
+  and the fused decode step run): int8 weights for decode, which is bandwidth bound. Prefill:
+  W8A8 (``int8-w8a8``) on CPUs without AMX only if it passes its perplexity bound; otherwise,
+  and always with AMX (oneDNN's AMX bf16 GEMMs beat the int8 path there), the dense bf16
+  weights (``int8-dense-prefill``). An explicit float32 means exact output is wanted, so
+  nothing is quantized.
+- threads: every core on machines with at most two (one engine thread there left prefill and
+  decode far slower than two: benchmarks/real_model_defaults.py, figures in RESULTS.md; the
+  gateway's share per token is small), else the engine's default (all cores but one or two,
+  left to the gateway).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from blink.engine.cpu_features import CpuFeatures
+
+# Whether W8A8 prefill kept SmolLM2-135M-Instruct's perplexity within +3% of fp32 (issue #22's
+# bound), measured by benchmarks/real_model_quality.py: it did not (benchmarks/RESULTS.md,
+# "Quality on real weights"), so no CPU gets it by default.
+W8A8_PASSES_QUALITY_BOUND = False
+# Whether int8 weights (decode) kept it within +1% of fp32; the same measurement.
+INT8_PASSES_QUALITY_BOUND = True
+
+# Machines this small give the engine every core (see the module docstring).
+_ALL_CORES_UP_TO = 2
+
+
+@dataclass(frozen=True)
+class ServingChoice:
+    """The engine settings to run with, and which of them were chosen rather than given."""
+
+    dtype: str
+    quantization: str
+    threads: int
+    chosen: tuple[str, ...]
+    cpu: CpuFeatures
+
+    def line(self) -> str:
+        """One line for the start-up log: the configuration and what it was chosen for."""
+        picked = f"chosen for {self.cpu.describe()}" if self.chosen else "all set explicitly"
+        auto = f" (auto: {', '.join(self.chosen)})" if self.chosen else ""
+        return (f"engine configuration: dtype={self.dtype} quantization={self.quantization} "
+                f"threads={self.threads}{auto}; {picked}")
+
+
+def choose_serving_config(
+    dtype: str,
+    quantization: str,
+    threads: int,
+    device: str,
+    cpu: CpuFeatures,
+    default_threads: int,
+    w8a8_passes: bool = W8A8_PASSES_QUALITY_BOUND,
+) -> ServingChoice:
+    """Fill in what the user left to Blink ("auto", "auto", 0) for ``cpu``; keep the rest."""
+    chosen: list[str] = []
+    on_cpu = device == "cpu"
+    if dtype == "auto" and on_cpu and cpu.native_bf16:
+        dtype = "bfloat16"
+        chosen.append("dtype")
+    if quantization == "auto":
+        quantization = _quantization(dtype, on_cpu, cpu, w8a8_passes)
+        chosen.append("quantization")
+    if threads == 0:
+        threads = cpu.cores if cpu.cores <= _ALL_CORES_UP_TO else default_threads
+        chosen.append("threads")
+    return ServingChoice(dtype, quantization, threads, tuple(chosen), cpu)
+
+
+def _quantization(dtype: str, on_cpu: bool, cpu: CpuFeatures, w8a8_passes: bool) -> str:
+    if not (on_cpu and dtype == "bfloat16" and "avx512f" in cpu.flags and INT8_PASSES_QUALITY_BOUND):
+        return "none"
+    if cpu.amx or not w8a8_passes:
+        return "int8-dense-prefill"
+    return "int8-w8a8"
