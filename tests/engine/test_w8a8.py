@@ -195,8 +195,10 @@ def test_every_engine_mode_is_a_setting_and_travels_to_the_engine_config() -> No
     from blink.config import ModelSettings
     from blink.engine.layers.linear_int8 import QUANTIZATION_MODES
 
-    assert set(get_args(ModelSettings.model_fields["quantization"].annotation)) == set(QUANTIZATION_MODES)
+    # Every engine mode is a setting; "auto" is the settings' own, resolved to an engine mode for the CPU.
+    assert set(get_args(ModelSettings.model_fields["quantization"].annotation)) == {*QUANTIZATION_MODES, "auto"}
     settings = ModelSettings(model="m", quantization="int8-w8a8")
     assert engine_config_from_settings(settings).quantization == "int8-w8a8"
+    assert engine_config_from_settings(ModelSettings(model="m")).quantization in QUANTIZATION_MODES
     with pytest.raises(ValidationError):
         ModelSettings(model="m", quantization="w8a8")  # type: ignore[arg-type]
