@@ -21,7 +21,8 @@ defences measured.
 
 Goal (issue #20): honest TTFT p99 ≤ 2× its unloaded value in every phase, and no honest error
 other than a 429/503 carrying ``retry-after``; service back within 30 s of the kill.
-Each attacker runs in its own process (``--attack NAME``) so its CPU is not the honest loop's.
+Each attacker runs in its own process (``--attack NAME``) at the lowest CPU priority, so its
+CPU is not the honest loop's.
 
     python benchmarks/hostile_load.py [--phase-s 20] [--model DIR] [--phases unloaded,slow-body,...]
 """
@@ -36,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -287,8 +288,21 @@ def start_attackers(names: list[str], port: int, keys: dict[str, str], seconds: 
         key = keys["dashboard" if name == "viewers" else "attacker"]
         procs.append(subprocess.Popen(
             [sys.executable, __file__, "--attack", name, "--port", str(port), "--key", key, "--phase-s", str(seconds)],
-            preexec_fn=pinned(cores), stdout=subprocess.PIPE))
+            preexec_fn=_attacker(cores), stdout=subprocess.PIPE))
     return procs
+
+
+def _attacker(cores: set[int] | None) -> Callable[[], None]:
+    """Pinned like the honest clients, but at the lowest CPU priority: on a real network the
+    attackers' CPU is their own machines', so their loops must not delay the honest clients'
+    measurements on the shared client core — only what they do to the server counts."""
+    pin = pinned(cores)
+
+    def preexec() -> None:
+        pin()
+        os.nice(19)
+
+    return preexec
 
 
 def engine_core_pid(server_pid: int) -> int:
