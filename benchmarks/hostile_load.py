@@ -369,13 +369,10 @@ def default_model() -> Path:
 
 
 def cpu_flags() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "?"
-    model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?")
-    flags = sorted({f for f in ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni") if f" {f}" in text})
-    return f"{model} [{' '.join(flags) or 'no AMX/BF16/VNNI'}]"
+    sys.path.insert(0, str(ROOT))
+    from blink.engine.cpu_features import read_cpu_features
+
+    return read_cpu_features().describe()
 
 
 async def orchestrate(args: argparse.Namespace) -> None:

@@ -36,6 +36,7 @@ from engine_cpu import SHAPES, rand_prompt  # noqa: E402
 
 from blink.demo.tiny import build_tiny_checkpoint  # noqa: E402
 from blink.engine.config import EngineConfig  # noqa: E402
+from blink.engine.cpu_features import read_cpu_features  # noqa: E402
 from blink.engine.llm_engine import LLMEngine  # noqa: E402
 from blink.engine.sampling_params import SamplingParams  # noqa: E402
 from blink.engine.structured.compiler import GrammarCompiler  # noqa: E402
@@ -71,13 +72,7 @@ ENUM_1000 = {"enum": [f"value number {i}" for i in range(1000)]}
 
 
 def cpu_flags() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "?"
-    model = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "?")
-    flags = sorted({f for f in ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni") if f" {f}" in text})
-    return f"{model} [{' '.join(flags) or 'no AMX/BF16/VNNI'}]"
+    return read_cpu_features().describe()
 
 
 def tokenizer_dir(arg: str | None, root: Path) -> Path:
