@@ -141,7 +141,7 @@ class ModelSettings(BaseModel):
     # Engine threads; 0 = auto (leave the gateway a core: see blink.engine.async_engine.default_threads).
     threads: int = Field(0, ge=0)
     # OS niceness added to the engine-core process (0-19): the gateway preempts a forward pass
-    # on a shared core rather than waiting behind it (DESIGN.md §1).
+    # on a shared core rather than waiting behind it (the gateway never waits behind model compute).
     engine_nice: int = Field(0, ge=0, le=19)
     # Load-time weight quantization of linear layers (CPU: int8 weight-only, per-channel scales).
     # int8-dense-prefill also keeps the loaded weights for prefill (faster TTFT, more memory);

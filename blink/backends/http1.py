@@ -1,10 +1,8 @@
 """A small HTTP/1.1 client for one upstream: asyncio Protocols, a keep-alive pool, httptools' parser.
 
-Why not aiohttp: this client is on every proxied request's first-token path. Measured on one
-core (``POST`` + a 3-event chunked SSE answer from a local raw server, client and server in one
-process), aiohttp spends ~185 us of CPU per request in its request building, header multidicts,
-connector and payload streams against ~30 us for the same exchange written by hand: most of
-the gap Blink adds over direct access at concurrency 1. This client does only what
+Why not aiohttp: this client is on every proxied request's first-token path, and aiohttp's request
+building, header multidicts, connector and payload streams cost several times the CPU of the same
+exchange written by hand (benchmarks/RESULTS.md, "Concurrency-1 first-token path"). This client does only what
 ``OpenAIHTTPBackend`` needs: one host, the request written in one ``write`` (head + body),
 ``content-length`` and chunked bodies (httptools, the C parser uvicorn uses), keep-alive reuse,
 a connect timeout and a read timeout that bounds the gap between two reads (a stall).

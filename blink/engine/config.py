@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
@@ -76,5 +76,3 @@ class EngineConfig:
     # Prompt-lookup n-gram sizes tried, longest first.
     ngram_max: int = 4
     ngram_min: int = 1
-    # Extra knobs reserved for later issues.
-    extra: dict[str, object] = field(default_factory=dict)

@@ -14,7 +14,6 @@ import signal
 import threading
 import time
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -191,7 +190,3 @@ def run_engine_core(
             raise
         if outputs:
             send(OUTPUTS, enc.encode(OutputBatch(outputs, engine.stats())))
-
-
-def config_to_dict(config: EngineConfig) -> dict[str, Any]:
-    return asdict(config)

@@ -3,8 +3,7 @@
 CPU decode at long contexts streams the whole cache once per step, so its bytes bound the step's
 speed and, for a fixed ``kv_cache_memory_bytes``, the number of blocks (concurrent context). fp8
 halves both against bf16. Values are stored with a per-tensor scale of 1.0, vLLM's default for
-``kv_cache_dtype="fp8"`` without calibration: e4m3 keeps 3 mantissa bits (2.25% mean relative
-error measured on a tiny Llama's cache) from 2^-6 up to ±448, where K/V activations usually sit;
+``kv_cache_dtype="fp8"`` without calibration: e4m3 keeps 3 mantissa bits from 2^-6 up to ±448, where K/V activations usually sit;
 larger outliers saturate.
 int8 stores each (token, KV head) row with its own symmetric scale (amax / 127, fp32, in a
 ``[blocks, block_size, KV heads]`` tensor beside the cache): 7 bits at the row's own magnitude, so

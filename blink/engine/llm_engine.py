@@ -82,7 +82,7 @@ class LLMEngine:
         self.config = config
         path = model_path or resolve_model_path(config.model, config.revision)
         config.model = str(path)
-        self.runner = ModelRunner(config)
+        self.runner = ModelRunner(config, model_path=path)
         self.tokenizer = Tokenizer.from_pretrained(path)
         self.max_model_len = self.runner.max_model_len
         self.block_manager = BlockManager(

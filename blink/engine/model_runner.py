@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -66,7 +67,9 @@ class RunSpan:
 class ModelRunner:
     """Loads the checkpoint named by ``config.model`` and runs forwards over scheduled tokens."""
 
-    def __init__(self, config: EngineConfig, num_blocks: int | None = None) -> None:
+    def __init__(
+        self, config: EngineConfig, num_blocks: int | None = None, model_path: Path | None = None
+    ) -> None:
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         if config.block_size < 1:
@@ -74,7 +77,8 @@ class ModelRunner:
         self.config = config
         self.device = torch.device(config.device)
         self.block_size = config.block_size
-        path = resolve_model_path(config.model, config.revision)
+        # The engine resolves the checkpoint once and hands it over; a runner built alone resolves it.
+        path = model_path or resolve_model_path(config.model, config.revision)
         checkpoint = open_checkpoint(path, config.trust_remote_code)
         factory = model_factory(checkpoint.architectures)
         self.hf_config = checkpoint.read_hf_config()

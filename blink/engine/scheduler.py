@@ -63,10 +63,6 @@ class SchedulerOutput:
     # Requests the scheduler itself finished this step (outgrew the KV pool); already freed.
     finished: list[Sequence] = field(default_factory=list)
 
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled
-
 
 class Scheduler:
     def __init__(

@@ -1,12 +1,10 @@
 """The gateway process's cyclic-GC settings: fewer, cheaper collections on the request path.
 
 Each streamed request leaves a few hundred short-lived container objects in reference cycles
-(tasks, coroutine frames, exceptions with tracebacks, aiohttp responses), so with CPython's
-default gen-0 threshold (700) a collection ran every ~4 requests, and every tenth of those
-promoted into a gen-1 pass, and the gen-2 passes walked the ~100k objects the imports and the
-app built at start-up. Measured in the pinned gateway under ``benchmarks/gateway_overhead.py``
-load (thread CPU time inside ``gc.callbacks``, 3,700 requests): 0.30 ms of GC per request by
-default, 0.05 ms with these settings; CPU-s per 1,000 streamed requests 2.1-2.4 -> 1.7.
+(tasks, coroutine frames, exceptions with tracebacks), so with CPython's default gen-0 threshold
+(700) a collection ran every few requests, and the gen-2 passes re-walked the objects the imports
+and the app built at start-up. Freezing those and raising gen-0's threshold takes most of the GC
+cost off each request (benchmarks/RESULTS.md, "Per-token and per-request trims").
 """
 
 from __future__ import annotations

@@ -23,13 +23,12 @@ from blink.gateway.errors import error_messages
 from blink.gateway.streaming import DONE, KEEP_ALIVE, ChunkEncoder, error_event
 from blink.obs.deltas import StreamStamp, observe_stream
 from blink.obs.metrics import GatewayMetrics
+from blink.obs.middleware import CLIENT_CLOSED
 from blink.obs.stages import record_error
 from blink.protocol.errors import BackendTimeoutError, BlinkError, InternalServerError
 
 log = logging.getLogger("blink.gateway")
 
-# Status recorded for requests whose client went away (nginx's convention).
-_CLIENT_CLOSED = 499
 # SSE comment interval while the first token is pending: well inside the 60 s idle timeouts of
 # nginx (proxy_read_timeout) and common load balancers, rare enough to cost nothing.
 _KEEPALIVE_S = 15.0
@@ -93,7 +92,7 @@ class GenerationResponse(Response):
         except asyncio.CancelledError:
             if not disconnected or task is None or task.uncancel() > 0:
                 raise
-            self._status = _CLIENT_CLOSED
+            self._status = CLIENT_CLOSED
         finally:
             watch.remove_done_callback(on_disconnect)
             watch.cancel()
