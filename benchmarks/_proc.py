@@ -81,3 +81,11 @@ def pct(xs: list[float], p: float) -> float:
         return float("nan")
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def cpu_line() -> str:
+    """The machine a figure holds for: the CPU's model name, the flags that decide which kernels
+    run (AMX, AVX512-BF16, VNNI) and the core count. Every benchmark prints it first."""
+    from blink.engine.cpu_features import read_cpu_features
+
+    return f"CPU: {read_cpu_features().describe()}"

@@ -552,4 +552,7 @@ def _print_lookups(lookups: dict[str, dict[str, list[float]]], before: Path | No
         print(f"  {name:<20} " + " ".join(f"{c:>16}" for c in cells))
 
 if __name__ == "__main__":
+    from _proc import cpu_line
+
+    print(cpu_line(), flush=True)
     main()

@@ -167,4 +167,7 @@ def main() -> None:
               f"{cost[args.k] / cost[0]:.2f}x a one-token step")
 
 if __name__ == "__main__":
+    from _proc import cpu_line
+
+    print(cpu_line(), flush=True)
     main()

@@ -82,4 +82,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from _proc import cpu_line
+
+    print(cpu_line(), flush=True)
     main()

@@ -197,4 +197,7 @@ def run(direct_url: str, gw_url: str, rounds: int) -> None:
 
 
 if __name__ == "__main__":
+    from _proc import cpu_line
+
+    print(cpu_line(), flush=True)
     main()

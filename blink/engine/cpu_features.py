@@ -34,7 +34,12 @@ class CpuFeatures:
         return [f for f in RELEVANT_FLAGS if f in self.flags]
 
     def describe(self) -> str:
-        return f"{self.model_name} ({', '.join(self.listed_flags()) or 'no AVX-512'}; {self.cores} cores)"
+        """One line for logs and benchmark tables; says "no AMX" outright, since a figure taken
+        without it does not hold on a CPU with it (and the other way round)."""
+        flags = self.listed_flags() or ["no AVX-512"]
+        if not self.amx:
+            flags.append("no AMX")
+        return f"{self.model_name} ({', '.join(flags)}; {self.cores} cores)"
 
 
 def parse_cpuinfo(text: str, cores: int) -> CpuFeatures:

@@ -29,12 +29,13 @@ def test_model_name_and_flags_of_the_first_processor() -> None:
 def test_avx512_bf16_without_amx_is_native_bf16() -> None:
     cpu = parse_cpuinfo("model name : AMD EPYC\nflags : avx512f avx512_bf16 avx512_vnni\n", cores=2)
     assert cpu.native_bf16 and not cpu.amx
+    assert cpu.describe() == "AMD EPYC (avx512_bf16, avx512_vnni, avx512f, no AMX; 2 cores)"
 
 
 def test_no_cpuinfo_means_no_fast_paths(tmp_path: Path) -> None:
     cpu = read_cpu_features(tmp_path / "missing")
     assert cpu.model_name == "unknown CPU" and not cpu.flags and not cpu.native_bf16 and cpu.cores >= 1
-    assert cpu.describe().startswith("unknown CPU (no AVX-512;")
+    assert cpu.describe().startswith("unknown CPU (no AVX-512, no AMX;")
 
 
 def test_this_machine_reads() -> None:
