@@ -64,6 +64,9 @@ class EngineConfig:
     # Decode-only steps of eligible models (bf16, int8 linears, AVX-512 CPU) run as one C++ call
     # (blink/engine/kernels/decode_step.py), ahead of the compiled graph; False keeps the others.
     fused_decode: bool = True
+    # Causal attention of fresh bf16 prefill chunks: "auto" (by CPU class: torch's SDPA on AMX
+    # CPUs, Blink's AVX-512 kernel elsewhere; blink/engine/attention_dispatch.py), "kernel", "sdpa".
+    prefill_attention: str = "auto"
     # Speculative decoding: None (off), "ngram" (prompt lookup) or "draft" (a smaller model
     # sharing the tokenizer, named by speculative_draft_model).
     speculative: str | None = None

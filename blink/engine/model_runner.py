@@ -8,6 +8,7 @@ block tables, masks) is computed once per step and shared by every layer.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
@@ -16,8 +17,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from blink.engine.attention_dispatch import PREFILL_ATTENTION_SETTINGS, choose_prefill_attention
 from blink.engine.compiled_decode import MAX_BATCH, CompiledDecode
 from blink.engine.config import EngineConfig
+from blink.engine.cpu_features import read_cpu_features
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
 from blink.engine.kernels.decode_step import FusedDecode, build_fused_decode
@@ -27,6 +30,8 @@ from blink.engine.layers.linear_int8 import quantize_model
 from blink.engine.layers.packed_linear import prepack_model
 from blink.engine.loader import instantiate, open_checkpoint, resolve_dtype, resolve_model_path
 from blink.engine.models.registry import CausalLM, model_factory
+
+log = logging.getLogger("blink.engine")
 
 if TYPE_CHECKING:
     from blink.engine.scheduler import ScheduledSeq
@@ -74,6 +79,8 @@ class ModelRunner:
             torch.set_num_threads(config.threads)
         if config.block_size < 1:
             raise EngineError(f"block_size must be positive, got {config.block_size}")
+        if config.prefill_attention not in PREFILL_ATTENTION_SETTINGS:
+            raise EngineError(f"prefill_attention must be one of {PREFILL_ATTENTION_SETTINGS}")
         self.config = config
         self.device = torch.device(config.device)
         self.block_size = config.block_size
@@ -127,7 +134,11 @@ class ModelRunner:
         if self.device.type != "cpu" or head_dim % 16 or not decode_kernel_available():
             return False
         prefill = self.dtype == torch.bfloat16 and head_dim % 32 == 0 and head_dim <= 128
-        self.prefill_kernel = prefill and prefill_kernel_available()
+        usable = prefill and prefill_kernel_available()
+        choice = choose_prefill_attention(self.config.prefill_attention, read_cpu_features(), usable)
+        self.prefill_kernel = choice == "kernel"
+        if prefill:
+            log.info("prefill attention: %s (setting %s)", choice, self.config.prefill_attention)
         for attn in model.attention_layers():
             attn.decode_kernel = True
             attn.prefill_kernel = self.prefill_kernel

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from blink.engine.config import EngineConfig
+from blink.engine.errors import EngineError
 from blink.engine.kernels import attention as decode_kernel
 from blink.engine.kernels.attention import (
     ENV_SWITCH,
@@ -299,7 +300,8 @@ def llama_dim32(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Pa
 @needs_avx512
 def test_runner_serves_with_kernels_and_matches_sdpa(llama_dim32: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     torch.set_num_threads(1)
-    config = EngineConfig(model=str(llama_dim32), dtype="bfloat16", kv_cache_memory_bytes=1 << 20)
+    config = EngineConfig(model=str(llama_dim32), dtype="bfloat16", kv_cache_memory_bytes=1 << 20,
+                          prefill_attention="kernel")
     with_kernel = ModelRunner(config)
     assert with_kernel.decode_kernel
     assert with_kernel.prefill_kernel == decode_kernel._cpu_has_avx512_bf16()
@@ -317,6 +319,22 @@ def test_runner_serves_with_kernels_and_matches_sdpa(llama_dim32: Path, monkeypa
     assert float((ours_logits - sdpa_logits).abs().max()) < 0.03 * scale
     agree = (ours_logits.argmax(-1) == sdpa_logits.argmax(-1)).float().mean()
     assert agree >= 0.9
+
+
+@needs_avx512
+def test_prefill_on_sdpa_keeps_the_decode_kernel(llama_dim32: Path) -> None:
+    """The AMX choice: torch's SDPA for fresh prefill chunks, Blink's kernel for decode."""
+    config = EngineConfig(model=str(llama_dim32), dtype="bfloat16", kv_cache_memory_bytes=1 << 20,
+                          prefill_attention="sdpa")
+    runner = ModelRunner(config)
+    assert runner.decode_kernel and not runner.prefill_kernel
+    assert all(a.decode_kernel and not a.prefill_kernel for a in runner.model.attention_layers())
+
+
+def test_unknown_prefill_attention_is_refused(llama_dim32: Path) -> None:
+    config = EngineConfig(model=str(llama_dim32), kv_cache_memory_bytes=1 << 20, prefill_attention="amx")
+    with pytest.raises(EngineError, match="prefill_attention"):
+        ModelRunner(config)
 
 
 def test_fp32_runner_keeps_sdpa_for_prefill(llama_dim32: Path) -> None:
