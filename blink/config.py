@@ -31,6 +31,7 @@ from pydantic_settings import (
 )
 
 from blink.backends.tool_parsers import ToolParserSetting
+from blink.compression_config import CompressionSettings
 from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
 from blink.routing_config import RouteSettings, check_routes
 from blink.safety_config import ModelServerSettings, SafetySettings
@@ -177,6 +178,9 @@ class ModelSettings(BaseModel):
     connect_timeout_s: float = Field(5.0, gt=0)
     read_timeout_s: float = Field(300.0, gt=0)
     max_connections: int = Field(256, ge=1)
+    # openai_http: drop the least informative words of long context before it is sent, scored by
+    # an embedded model (blink/gateway/compression/); None = send every token.
+    compression: CompressionSettings | None = None
     # openai_http: more replicas (static or DNS) and health checks; vllm: the local process.
     discovery: DiscoverySettings = DiscoverySettings()
     vllm: VllmSettings = VllmSettings()
@@ -187,6 +191,8 @@ class ModelSettings(BaseModel):
             self.model = DEFAULT_EMBEDDED_MODEL
         if self.kind == "openai_http" and not self.base_url:
             raise ValueError("an openai_http model needs 'base_url'")
+        if self.compression is not None and self.kind != "openai_http":
+            raise ValueError("'compression' applies to openai_http models (the tiers billed per input token)")
         if self.kind == "vllm" and not self.model:
             raise ValueError("a vllm model needs 'model' (what `vllm serve` loads)")
         if not self.name:
@@ -336,6 +342,11 @@ class Settings(BaseSettings):
             raise ValueError(f"default_model {self.default_model!r} is not one of {names}")
         if self.voice.model is not None and self.voice.model not in names + [r.name for r in self.routes]:
             raise ValueError(f"voice.model {self.voice.model!r} is not one of {names}")
+        embedded = {m.name for m in self.models if m.kind == "embedded"}
+        for m in self.models:
+            if m.compression is not None and m.compression.scorer not in embedded:
+                raise ValueError(f"model {m.name!r}: compression.scorer {m.compression.scorer!r} is not an "
+                                 f"embedded model of this server (one of {sorted(embedded)})")
         return self
 
 

@@ -15,6 +15,7 @@ from blink.backends.registry import BackendRegistry
 from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
 from blink.gateway.app import AppService, create_app
 from blink.gateway.batch.executor import PipelineLineExecutor
+from blink.gateway.compression.backend import CompressingBackend
 from blink.gateway.cost_tracker import CostTracker, build_cost_tracker
 from blink.gateway.front import GatewayFront
 from blink.gateway.front_builder import build_front_factory, build_key_store
@@ -102,8 +103,11 @@ def build_registry(settings: Settings, encoder: EncoderClient | None = None) -> 
     registry = BackendRegistry(default_model=settings.default_model)
     backends: dict[str, Backend] = {}
     for model in settings.models:
-        backends[model.name] = build_backend(model)
-        registry.add(model.name, backends[model.name])
+        backend = build_backend(model)
+        if model.compression is not None:
+            backend = CompressingBackend(backend, model.compression, registry.resolve)
+        backends[model.name] = backend
+        registry.add(model.name, backend)
     for route in settings.routes:
         # The replicas stay servable on their own names; the registry starts and closes them.
         registry.add(route.name, build_routed_backend(route, backends, embedder=embedder, owns_backends=False))

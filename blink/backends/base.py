@@ -88,6 +88,9 @@ class GenerationRequest:
     # The prompt's sentence embedding (a 1-D numpy array) when the semantic cache computed one:
     # the routing classifier reuses it instead of embedding the prompt again.
     embedding: Any = None
+    # Prompt tokens (the scorer's count) that prompt compression removed before the upstream call:
+    # reported as ``x-blink-compressed-tokens`` and counted as a saving by cost accounting.
+    compressed_tokens: int = 0
 
     @property
     def num_choices(self) -> int:

@@ -56,12 +56,16 @@ class CostTracker:
     def header(self, model: str, usage: Usage | None) -> list[tuple[bytes, bytes]]:
         return [(COST_HEADER, format_usd(self.cost(model, usage)).encode())]
 
-    def charge(self, key_id: str, model: str, usage: Usage | None) -> float:
+    def charge(self, key_id: str, model: str, usage: Usage | None, compressed_tokens: int = 0) -> float:
+        """Records what the answer cost; ``compressed_tokens`` that prompt compression kept from
+        the upstream count as saved, at the model's input price."""
         cost = self.cost(model, usage)
         u = usage or Usage()
+        saved = self.prices.cost_usd(model, Usage(prompt_tokens=compressed_tokens)) if compressed_tokens else 0.0
         self.ledger.record(key_id, model, UsageRow(requests=1, prompt_tokens=u.prompt_tokens,
                                                    completion_tokens=u.completion_tokens,
-                                                   cached_tokens=u.cached_tokens, cost_usd=cost))
+                                                   cached_tokens=u.cached_tokens, cost_usd=cost,
+                                                   saved_usd=saved))
         annotate(cost_usd=format_usd(cost))
         return cost
 

@@ -94,7 +94,7 @@ class GatewayFront:
             if charge and self.limiter is not None and adm.ticket is not None and agg.usage is not None:
                 self.limiter.charge_tokens(adm.ticket, agg.usage.total_tokens)
             if cost is not None:
-                cost.charge(_key_id(adm), adm.model, agg.usage)
+                cost.charge(_key_id(adm), adm.model, agg.usage, req.compressed_tokens if req is not None else 0)
 
         return done
 

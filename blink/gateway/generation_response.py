@@ -237,6 +237,8 @@ class GenerationResponse(Response):
             (b"x-request-id", self._req.request_id.encode()),
             *self._extra_headers,
         ]
+        if self._req.compressed_tokens:
+            headers.append((b"x-blink-compressed-tokens", str(self._req.compressed_tokens).encode()))
         if length is None:
             headers += [(b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
         else:

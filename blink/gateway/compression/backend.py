@@ -1,0 +1,86 @@
+"""Stream middleware: compress a chat's long context, then call the tier it wraps.
+
+Scoring costs one prefill of the compressible text on the embedded model, so it runs only where
+it pays: chat requests, spans of at least ``min_chars``. Any failure to score (the scorer busy,
+down, or its tokens not spelling the text) sends the request as it came: compression saves
+money, it never costs an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from blink.backends.base import Backend, Delta, GenerationRequest
+from blink.backends.wrapping import WrappingBackend
+from blink.compression_config import CompressionSettings
+from blink.gateway.compression.scorer import SelfInformationScorer
+from blink.gateway.compression.selection import select_words
+from blink.gateway.compression.spans import Segment, compressible_messages, split_code
+from blink.obs import annotate
+
+log = logging.getLogger("blink.gateway")
+
+
+class CompressingBackend(WrappingBackend):
+    def __init__(self, inner: Backend, settings: CompressionSettings, resolve: Callable[[str], Backend]) -> None:
+        super().__init__(inner)
+        self.settings = settings
+        self.scorer = SelfInformationScorer(resolve, settings.scorer)
+
+    async def aclose(self) -> None:
+        """The tier it wraps is registered only through this wrapper, so it is closed here."""
+        await self.inner.aclose()
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        if req.kind == "chat" and req.messages:
+            try:
+                await self._compress(req)
+            except Exception:  # a saving, never a failure: send the request as it came
+                log.warning("prompt compression skipped for %s", req.request_id, exc_info=True)
+        async for delta in self.inner.stream(req):
+            yield delta
+
+    async def _compress(self, req: GenerationRequest) -> None:
+        messages = [dict(m) for m in req.messages or []]
+        # (message index, part index or None, segments) of every text that may shrink.
+        texts: list[tuple[int, int | None, list[Segment]]] = []
+        for i in compressible_messages(messages):
+            content = messages[i].get("content")
+            if isinstance(content, str):
+                texts.append((i, None, split_code(content)))
+            elif isinstance(content, list):
+                for j, part in enumerate(content):
+                    if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                        texts.append((i, j, split_code(part["text"])))
+        jobs = [seg for _, _, segs in texts for seg in segs
+                if seg.compressible and len(seg.text) >= self.settings.min_chars]
+        if not jobs:
+            return
+        results = await asyncio.gather(*(self._shrink(seg) for seg in jobs))
+        dropped = 0
+        for seg, result in zip(jobs, results, strict=True):
+            if result is not None:
+                seg.text, n = result
+                dropped += n
+        if dropped == 0:
+            return
+        for i, j, segs in texts:
+            text = "".join(s.text for s in segs)
+            if j is None:
+                messages[i]["content"] = text
+            else:
+                parts: list[Any] = [dict(p) if isinstance(p, dict) else p for p in messages[i]["content"]]
+                parts[j]["text"] = text
+                messages[i]["content"] = parts
+        req.messages = messages
+        if "messages" in req.raw:
+            req.raw = {**req.raw, "messages": messages}
+        req.compressed_tokens += dropped
+        annotate(compressed_tokens=str(dropped))
+
+    async def _shrink(self, seg: Segment) -> tuple[str, int] | None:
+        tokens = await self.scorer.score(seg.text)
+        return select_words(seg.text, tokens, 1.0 / self.settings.ratio)

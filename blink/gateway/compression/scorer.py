@@ -1,0 +1,41 @@
+"""Self-information of a text's tokens, from a model served by this gateway.
+
+The scorer is any backend that returns vLLM-style ``prompt_logprobs`` — in practice the embedded
+small model: one prefill, one sampled token, no decode. It is reached through the registry like
+any other model (the gateway never imports the engine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable
+
+from blink.backends.base import Backend, GenerationRequest, SamplingOptions
+from blink.gateway.compression.selection import ScoredToken
+
+
+class SelfInformationScorer:
+    def __init__(self, resolve: Callable[[str], Backend], model: str) -> None:
+        # Resolved per call: the scorer may be registered after the tier that uses it.
+        self._resolve = resolve
+        self.model = model
+
+    async def score(self, text: str) -> list[ScoredToken]:
+        """The tokens of ``text`` with −log p of each given the ones before it."""
+        req = GenerationRequest(
+            request_id=f"cmpl-compress-{uuid.uuid4().hex[:12]}",
+            model=self.model,
+            kind="completion",
+            options=SamplingOptions(max_tokens=1, temperature=0.0, prompt_logprobs=0),
+            prompt=text,
+        )
+        backend = self._resolve(self.model)
+        out: list[ScoredToken] = []
+        async with contextlib.aclosing(backend.stream(req)) as deltas:  # type: ignore[type-var]
+            async for delta in deltas:
+                if delta.prompt_logprobs is not None and not out:
+                    # The first entry is None (nothing predicts it): its text is unknown too.
+                    out = [ScoredToken(e.token, -e.logprob) if e is not None else ScoredToken("", None)
+                           for e in delta.prompt_logprobs]
+        return out
