@@ -16,6 +16,7 @@ from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
 from blink.gateway.app import AppService, create_app
 from blink.gateway.batch.executor import PipelineLineExecutor
 from blink.gateway.compression.backend import CompressingBackend
+from blink.gateway.compression.metrics import CompressionCollector
 from blink.gateway.cost_tracker import CostTracker, build_cost_tracker
 from blink.gateway.front import GatewayFront
 from blink.gateway.front_builder import build_front_factory, build_key_store
@@ -115,10 +116,14 @@ def build_registry(settings: Settings, encoder: EncoderClient | None = None) -> 
 
 
 def register_router_metrics(app: FastAPI, settings: Settings) -> None:
-    """Breaker states and router counters on /metrics, read at scrape time."""
+    """Breaker states, router and prompt-compression counters on /metrics, read at scrape time."""
     if settings.routes:
         routed = [cast(RoutedBackend, app.state.registry.resolve(r.name)) for r in settings.routes]
         app.state.metrics.registry.register(RouterCollector(routed))
+    compressing = [(m.name, cast(CompressingBackend, app.state.registry.resolve(m.name)).stats)
+                   for m in settings.models if m.compression is not None]
+    if compressing:
+        app.state.metrics.registry.register(CompressionCollector(compressing))
 
 
 def build_services(

@@ -16,6 +16,7 @@ from typing import Any
 from blink.backends.base import Backend, Delta, GenerationRequest
 from blink.backends.wrapping import WrappingBackend
 from blink.compression_config import CompressionSettings
+from blink.gateway.compression.metrics import CompressionStats
 from blink.gateway.compression.scorer import SelfInformationScorer
 from blink.gateway.compression.selection import select_words
 from blink.gateway.compression.spans import Segment, compressible_messages, split_code
@@ -29,6 +30,7 @@ class CompressingBackend(WrappingBackend):
         super().__init__(inner)
         self.settings = settings
         self.scorer = SelfInformationScorer(resolve, settings.scorer)
+        self.stats = CompressionStats()
 
     async def aclose(self) -> None:
         """The tier it wraps is registered only through this wrapper, so it is closed here."""
@@ -39,6 +41,7 @@ class CompressingBackend(WrappingBackend):
             try:
                 await self._compress(req)
             except Exception:  # a saving, never a failure: send the request as it came
+                self.stats.failed += 1
                 log.warning("prompt compression skipped for %s", req.request_id, exc_info=True)
         async for delta in self.inner.stream(req):
             yield delta
@@ -58,15 +61,20 @@ class CompressingBackend(WrappingBackend):
         jobs = [seg for _, _, segs in texts for seg in segs
                 if seg.compressible and len(seg.text) >= self.settings.min_chars]
         if not jobs:
+            self.stats.unchanged += 1
             return
         results = await asyncio.gather(*(self._shrink(seg) for seg in jobs))
         dropped = 0
-        for seg, result in zip(jobs, results, strict=True):
+        for seg, (scored, result) in zip(jobs, results, strict=True):
+            self.stats.tokens_in += scored
             if result is not None:
                 seg.text, n = result
                 dropped += n
         if dropped == 0:
+            self.stats.unchanged += 1
             return
+        self.stats.compressed += 1
+        self.stats.tokens_removed += dropped
         for i, j, segs in texts:
             text = "".join(s.text for s in segs)
             if j is None:
@@ -81,6 +89,7 @@ class CompressingBackend(WrappingBackend):
         req.compressed_tokens += dropped
         annotate(compressed_tokens=str(dropped))
 
-    async def _shrink(self, seg: Segment) -> tuple[str, int] | None:
+    async def _shrink(self, seg: Segment) -> tuple[int, tuple[str, int] | None]:
+        """(tokens scored, the shortened text and tokens dropped, or None to keep it)."""
         tokens = await self.scorer.score(seg.text)
-        return select_words(seg.text, tokens, 1.0 / self.settings.ratio)
+        return len(tokens), select_words(seg.text, tokens, 1.0 / self.settings.ratio)

@@ -91,6 +91,9 @@ def test_streamed_answer_carries_the_header_and_the_saving_is_accounted(
     assert resp.status_code == 200 and "data: [DONE]" in resp.text
     saved = int(resp.headers["x-blink-compressed-tokens"])
     assert saved > 0
+    metrics = httpx.get(f"{gateway.url}/metrics").text
+    assert 'blink_compression_requests_total{model="big",outcome="compressed"}' in metrics
+    assert 'blink_compression_removed_tokens_total{model="big"}' in metrics
     rows = app.state.front.cost.ledger.rows()  # written behind to SQLite; the counters are current
     assert sum(row.saved_usd for row in rows.values()) >= saved * PRICE.input / 1e6 * 0.999
 
