@@ -8,8 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 
 
 class _Body(BaseModel):
-    # Unknown fields are ignored, as OpenAI does for forward compatibility.
-    model_config = ConfigDict(extra="ignore")
+    # An unknown field is refused by name (OpenAI's "Unrecognized request argument supplied"),
+    # never accepted and ignored.
+    model_config = ConfigDict(extra="forbid")
 
 
 class EmbeddingRequest(_Body):

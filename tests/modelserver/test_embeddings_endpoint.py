@@ -68,7 +68,7 @@ def test_float_embeddings_match_the_reference(client: openai.OpenAI, ref: np.nda
 def test_the_default_model_is_the_reference_on_a_varied_set(models_gateway: LiveServer, client: openai.OpenAI,
                                                           refs: tuple[np.ndarray, np.ndarray]) -> None:
     # No model named (the SDK always names one, so raw HTTP): the default encoder is the exact export.
-    batched = httpx.post(f"{models_gateway.url}/v1/embeddings", json={"input": VARIED}).json()
+    batched = httpx.post(f"{models_gateway.url}/v1/embeddings", json={"input": VARIED}, timeout=60).json()
     got = np.asarray([d["embedding"] for d in sorted(batched["data"], key=lambda d: d["index"])])
     assert batched["model"] == "all-MiniLM-L6-v2" and _cos(got, refs[1]).min() >= 0.999
     # One text per request (the unpadded single-text path), through the SDK's base64 default.
@@ -145,6 +145,7 @@ def test_concurrent_requests_each_get_their_own_rows(models_gateway: LiveServer,
         ({"input": "x", "dimensions": 0}, "dimensions", 400),
         ({"input": "x", "dimensions": 385}, "dimensions", 400),
         ({"input": "x", "model": "nope"}, "model", 404),
+        ({"input": "x", "truncate": True}, "truncate", 400),  # unknown fields are refused, not ignored
     ],
 )
 def test_bad_input_is_an_openai_style_error(models_gateway: LiveServer, body: dict, param: str, status: int) -> None:
