@@ -13,7 +13,7 @@ safety:
   routes: {big: blocking}          # per served model name
   blocklist: [some phrase]
   pii: redact                      # redact | flag | ignore
-  profanity: auto                  # alt-profanity-check (extra `moderation`): auto = on when installed
+  profanity: auto                  # alt-profanity-check (extra `moderation`): auto = in /v1/moderations when installed; on = also in the request path
   classifier: toxicity             # a classifier from model_server.models
   webhook: http://127.0.0.1:9000/flagged
 ```
@@ -73,7 +73,8 @@ class SafetySettings(_Strict):
     prompt_injection: bool = True
     pii: Literal["redact", "flag", "ignore"] = "redact"
     # Offensive language with alt-profanity-check (category "profanity"), the offline classifier
-    # of ``pip install 'blink-serve[moderation]'``: auto = on when it is installed; on = required.
+    # of ``pip install 'blink-serve[moderation]'``: auto = /v1/moderations uses it when installed;
+    # on = required, and the request path's filter (async/blocking) checks it too.
     profanity: Literal["auto", "on", "off"] = "auto"
     # A classifier served by the model server; labels other than ``safe_labels`` at or above
     # ``threshold`` flag the text (the profanity score too).

@@ -156,7 +156,7 @@ def build_app(settings: Settings) -> FastAPI:
     safety = build_safety(settings.safety, models)
     models_router = None
     if models is not None or settings.safety.enabled:
-        moderation = build_pipeline(settings.safety, models)
+        moderation = build_pipeline(settings.safety, models, endpoint=True)
         models_router = build_models_router(models or ModelServer(), moderation, settings.model_server.max_inputs)
     registry = build_registry(settings, encoder)
     cost = build_cost_tracker(settings.cost)

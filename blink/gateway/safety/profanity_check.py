@@ -18,7 +18,7 @@ CATEGORY = "profanity"
 
 
 def profanity_available() -> bool:
-    """Whether the ``moderation`` extra is installed (``safety.profanity: auto`` turns it on then)."""
+    """Whether the ``moderation`` extra is installed (``safety.profanity: auto`` uses it then)."""
     from importlib.util import find_spec
 
     return find_spec("profanity_check") is not None

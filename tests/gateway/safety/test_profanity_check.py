@@ -28,10 +28,24 @@ async def test_scores_profane_text_above_and_benign_text_below_the_threshold() -
         assert not ok.flagged and ok.scores["profanity"] < 0.5 and not ok.categories
 
 
-def test_auto_adds_it_when_installed_and_off_leaves_it_out() -> None:
-    assert "profanity" in build_pipeline(SafetySettings(profanity="auto"), None).thresholds
-    assert "profanity" in build_pipeline(SafetySettings(profanity="on"), None).thresholds
-    assert "profanity" not in build_pipeline(SafetySettings(profanity="off"), None).thresholds
+def test_auto_serves_the_endpoint_and_on_also_the_request_path() -> None:
+    def covered(profanity: str, endpoint: bool) -> bool:
+        return "profanity" in build_pipeline(SafetySettings(profanity=profanity), None, endpoint).thresholds
+
+    assert covered("auto", endpoint=True) and not covered("auto", endpoint=False)
+    assert covered("on", endpoint=True) and covered("on", endpoint=False)
+    assert not covered("off", endpoint=True) and not covered("off", endpoint=False)
+
+
+def test_on_in_blocking_mode_refuses_a_profane_prompt(scripted: ScriptedUpstream) -> None:
+    settings = safety_settings(scripted, safety={"enabled": True, "mode": "blocking", "profanity": "on"})
+    with LiveServer(build_app(settings)) as server:
+        client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="fake", messages=[{"role": "user", "content": PROFANE}])
+        assert err.value.code == "content_filter"
+        ok = client.chat.completions.create(model="fake", messages=[{"role": "user", "content": BENIGN[0]}])
+        assert ok.choices[0].message.content
 
 
 @pytest.fixture(scope="module")
