@@ -9,7 +9,10 @@ gateway's loop is idle, so after each round the benchmark waits until the async 
 is empty (``blink_safety_backlog`` on /metrics): deferred checks never run during the other
 server's round, where they would steal its core and flatter async mode.
 
-    python benchmarks/safety_overhead.py [--requests 300] [--rounds 2]
+    python benchmarks/safety_overhead.py [--requests 300] [--rounds 2] [--profanity auto|on|off]
+
+``--profanity on``: the request path also runs the offensive-language check (extra
+``moderation``); by default (``auto``) only /v1/moderations does, so the filter is rules + PII.
 
 Goal (issue #9): async mode adds <= 0.2 ms TTFT p99.
 """
@@ -35,12 +38,13 @@ from gateway_overhead import drive
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def config(tmp: Path, up_port: int, port: int, safety: bool) -> Path:
+def config(tmp: Path, up_port: int, port: int, safety: bool, profanity: str) -> Path:
     cfg = {
         "server": {"port": port, "max_concurrent_streams": 4096, "log_level": "warning"},
         "models": [{"name": "fake", "kind": "openai_http", "base_url": f"http://127.0.0.1:{up_port}/v1"}],
         "cache": {"exact": {"enabled": True}, "store": "memory"},
-        "safety": {"enabled": safety, "mode": "async", "blocklist": ["forbidden fruit", "secret sauce"]},
+        "safety": {"enabled": safety, "mode": "async", "blocklist": ["forbidden fruit", "secret sauce"],
+                   "profanity": profanity},
         "obs": {"request_log": "off"},
     }
     path = tmp / f"blink-{'async' if safety else 'off'}.yaml"
@@ -64,6 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=300, help="requests per round and concurrency level")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds per server")
+    ap.add_argument("--profanity", choices=("auto", "on", "off"), default="auto", help="safety.profanity")
     args = ap.parse_args()
     core, other = split_cores()
     if other:
@@ -76,7 +81,7 @@ def main() -> None:
     try:
         for name, on in (("off", False), ("async", True)):
             port = free_port()
-            proc = subprocess.Popen([sys.executable, "-m", "blink.cli", "serve", "--config", str(config(tmp, up_port, port, on))],
+            proc = subprocess.Popen([sys.executable, "-m", "blink.cli", "serve", "--config", str(config(tmp, up_port, port, on, args.profanity))],
                                     cwd=ROOT, preexec_fn=pinned(core), stdout=subprocess.DEVNULL)  # fmt: skip
             servers[name] = (proc, port)
             wait_ready(f"http://127.0.0.1:{port}/health", proc)

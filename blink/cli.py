@@ -69,7 +69,7 @@ def serve(
     semantic_cache: Annotated[bool, typer.Option("--semantic-cache", help="Also serve guarded near-duplicate questions (implies --exact-cache).")] = False,
     engine: Annotated[str | None, typer.Option(help="embedded (default) | vllm: launch and supervise a local `vllm serve --model` and route to it.")] = None,
     safety: Annotated[str | None, typer.Option(help="Safety filter: async (checked after the response) | blocking (input + per-sentence output).")] = None,
-    embeddings: Annotated[bool, typer.Option("--embeddings", help="Serve POST /v1/embeddings with the ONNX encoder (dynamic batching).")] = False,
+    embeddings: Annotated[bool, typer.Option("--embeddings", help="Serve POST /v1/embeddings: the exact fp32 encoder by default, its int8 export as <model>-int8 (dynamic batching).")] = False,
     max_batch_size: Annotated[int | None, typer.Option(help="Model server: largest batch (1 = no dynamic batching).")] = None,
     batch_window_ms: Annotated[float | None, typer.Option(help="Model server: how long a batch waits for company (ms).")] = None,
 ) -> None:

@@ -27,7 +27,7 @@ from blink.gateway.router.classifier import Embedder
 from blink.gateway.router.routed import RoutedBackend
 from blink.gateway.routes_models import build_models_router
 from blink.gateway.safety.build import build_pipeline, build_safety
-from blink.modelserver.build import build_model_server, needs_encoder
+from blink.modelserver.build import build_model_server, cache_encoder_name, cache_needs_encoder
 from blink.modelserver.clients import EncoderClient
 from blink.modelserver.metrics import ModelServerCollector
 from blink.modelserver.server import ModelServer
@@ -158,11 +158,14 @@ def _with_cost(
 
 def build_app(settings: Settings) -> FastAPI:
     models = build_model_server(settings)
-    encoder = EncoderClient(models.get(settings.cache.semantic.model, "encoder")) if models and needs_encoder(settings) else None
+    cache_encoder = None
+    if models is not None and cache_needs_encoder(settings):
+        cache_encoder = models.get(cache_encoder_name(settings.cache.semantic), "encoder")
+    encoder = EncoderClient(cache_encoder) if cache_encoder is not None else None
     safety = build_safety(settings.safety, models)
     models_router = None
     if models is not None or settings.safety.enabled:
-        moderation = build_pipeline(settings.safety, models)
+        moderation = build_pipeline(settings.safety, models, endpoint=True)
         models_router = build_models_router(models or ModelServer(), moderation, settings.model_server.max_inputs)
     registry = build_registry(settings, encoder)
     cost = build_cost_tracker(settings.cost)

@@ -81,7 +81,8 @@ def create_app(
     # The one generation pipeline: HTTP routes here, voice turns and batch lines via serve.py.
     app.state.pipeline = pipeline = GenerationPipeline(
         registry, gateway_front, SequenceQuota(server_settings.max_sequences_per_key))
-    generation = build_router(registry, server_settings, metrics, pipeline)
+    served = model_server.cards if model_server is not None else list
+    generation = build_router(registry, server_settings, metrics, pipeline, served)
     app.include_router(generation)
     for service in services:
         app.include_router(service.router)

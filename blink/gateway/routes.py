@@ -44,8 +44,10 @@ def _json(obj: object, status: int = 200) -> Response:
 
 def build_router(
     registry: BackendRegistry, settings: ServerSettings, metrics: GatewayMetrics,
-    pipeline: GenerationPipeline | None = None,
+    pipeline: GenerationPipeline | None = None, served_models: Callable[[], list[ModelCard]] = list,
 ) -> APIRouter:
+    """``served_models``: the model server's encoders and classifiers, listed by /v1/models beside
+    the generation models, so a client sees the name each non-generative endpoint answers to."""
     router = APIRouter()
     pipeline = pipeline or GenerationPipeline(registry, GatewayFront())
     started = int(time.time())
@@ -96,14 +98,19 @@ def build_router(
         return {"id": card.id, "object": "model", "created": started, "owned_by": card.owned_by,
                 "max_model_len": card.max_model_len}
 
+    def cards() -> list[ModelCard]:
+        generation = registry.model_cards()
+        ids = {c.id for c in generation}
+        return [*generation, *(c for c in served_models() if c.id not in ids)]
+
     @router.get("/v1/models")
     async def list_models() -> Response:
-        return _json({"object": "list", "data": [model_object(c) for c in registry.model_cards()]})
+        return _json({"object": "list", "data": [model_object(c) for c in cards()]})
 
     @router.get("/v1/models/{model_id:path}")
     async def retrieve_model(model_id: str) -> Response:
         """OpenAI's ``models.retrieve``; ids may hold slashes (``org/name``)."""
-        for card in registry.model_cards():
+        for card in cards():
             if card.id == model_id:
                 return _json(model_object(card))
         raise ModelNotFoundError(f"The model '{model_id}' does not exist", param="model")

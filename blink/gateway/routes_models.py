@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import time
 import uuid
+from collections.abc import Mapping
 
 import numpy as np
 import orjson
@@ -19,11 +20,8 @@ from blink.modelserver.server import ModelServer, ServedModel
 from blink.protocol.errors import InvalidRequestError, ModelNotFoundError
 from blink.protocol.model_endpoints import ClassifyRequest, EmbeddingRequest, ModerationRequest
 
-# OpenAI's moderation categories: always present in a result, so the official client parses it.
-OPENAI_CATEGORIES = (
-    "harassment", "harassment/threatening", "hate", "hate/threatening", "illicit", "illicit/violent", "self-harm",
-    "self-harm/instructions", "self-harm/intent", "sexual", "sexual/minors", "violence", "violence/graphic",
-)  # fmt: skip
+# The name /v1/moderations answers to: the configured checks together, not any one model.
+MODERATION_MODEL = "blink-safety"
 
 
 def _json(obj: object) -> Response:
@@ -86,18 +84,23 @@ def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inp
     async def moderations(request: Request) -> Response:
         require_json(request.headers.get("content-type"))
         body = validate(ModerationRequest, parse_json_object(await request.body()))
+        if body.model is not None and body.model != MODERATION_MODEL:
+            raise ModelNotFoundError(f"The moderation model '{body.model}' does not exist; served: "
+                                     f"['{MODERATION_MODEL}'] (the configured safety checks).", param="model")  # fmt: skip
         texts = input_list(body.input, max_inputs)
-        results = [_moderation(await moderation.check(t)) for t in texts]
-        return _json({"id": f"modr-{uuid.uuid4().hex}", "model": body.model or "blink-safety",
+        results = [_moderation(await moderation.check(t), moderation.thresholds) for t in texts]
+        return _json({"id": f"modr-{uuid.uuid4().hex}", "model": MODERATION_MODEL,
                       "created": int(time.time()), "results": results})  # fmt: skip
 
     return router
 
 
-def _moderation(v: Verdict) -> dict[str, object]:
-    categories = dict.fromkeys(OPENAI_CATEGORIES, False)
-    scores = dict.fromkeys(OPENAI_CATEGORIES, 0.0)
-    for name, score in v.scores.items():
-        scores[name] = score
-        categories[name] = name in v.categories
-    return {"flagged": v.flagged, "categories": categories, "category_scores": scores}
+def _moderation(v: Verdict, thresholds: Mapping[str, float]) -> dict[str, object]:
+    """Only the categories a configured check covers: one no check looked at is left out (the
+    ``openai`` client reads a missing category as None), never reported as a confident 0.0. A
+    category is true when its score reaches its threshold, and ``flagged`` follows, whatever the
+    gateway's own policy does with it (PII in ``redact`` mode is redacted there, not refused)."""
+    scores = {c: v.scores.get(c, 0.0) for c in thresholds}
+    categories = {c: scores[c] >= t for c, t in thresholds.items()}
+    return {"flagged": any(categories.values()), "categories": categories, "category_scores": scores,
+            "category_applied_input_types": {c: ["text"] for c in thresholds}}  # fmt: skip

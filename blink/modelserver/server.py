@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from blink.backends.base import ModelCard
 from blink.modelserver.batcher import BatchConfig, DynamicBatcher
 from blink.protocol.errors import ModelNotFoundError
 
@@ -109,6 +110,10 @@ class ModelServer:
 
     def models(self) -> list[ServedModel]:
         return list(self._models.values())
+
+    def cards(self) -> list[ModelCard]:
+        """What /v1/models lists for these models (their input limit as ``max_model_len``)."""
+        return [ModelCard(m.name, max_model_len=m.tokenizer.max_tokens) for m in self._models.values()]
 
     def close(self) -> None:
         for model in self._models.values():

@@ -70,6 +70,8 @@ _DETECTORS: tuple[tuple[str, re.Pattern[str], Callable[[str], bool] | None, str]
     ("phone", re.compile(r"(?<![\w(+])(?<!\d[ .\-])(?:\+?\d{1,3}[ .\-]?)?\(?\d{2,4}\)?[ .\-]?\d{3,4}[ .\-]?\d{3,4}\b(?![ .\-]?\d)"), _not_decimal, "[PHONE]"),
 )
 _TAGS = {kind: tag for kind, _, _, tag in _DETECTORS}
+# Every kind find_pii can report (what a PII check covers).
+PII_KINDS = tuple(_TAGS)
 
 
 def find_pii(text: str) -> list[PiiMatch]:

@@ -1,4 +1,4 @@
-"""A gateway whose model server serves the fp32 MiniLM encoder and a tiny random classifier."""
+"""A gateway whose model server serves MiniLM (fp32 default + its int8 export) and a tiny random classifier."""
 
 from __future__ import annotations
 

@@ -24,4 +24,5 @@ def test_moderation_uses_the_served_classifier(onnx_dir: Path, tiny_classifier: 
         results = r.json()["results"]
         assert all(res["flagged"] and res["categories"]["toxic"] and res["categories"]["spam"] for res in results)
         assert all(0 < res["category_scores"]["toxic"] < 1 and "safe" not in res["category_scores"] for res in results)
+        assert all("hate" not in res["categories"] for res in results)  # no check covers OpenAI's categories
         assert served.batcher.stats.items == before + 2

@@ -1,17 +1,19 @@
 """The check interface and the fast built-in checks (rules, PII).
 
-A check is anything with ``name`` and ``async check(text) -> Verdict``: the built-in rules are
-pure CPU in microseconds, the classifier check awaits the model server's batcher.
+A check is anything with ``name``, ``thresholds`` and ``async check(text) -> Verdict``: the
+built-in rules are pure CPU in microseconds, the classifier check awaits the model server's batcher.
+``thresholds`` names every category the check covers and the score at which it is true, so a
+report (``/v1/moderations``) lists what was checked and nothing else.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, Protocol
 
 from blink.gateway.safety.verdict import Verdict
-from blink.obs.redact import find_pii, redact
+from blink.obs.redact import PII_KINDS, find_pii, redact
 
 # Phrases that mark an attempt to override the system prompt (common jailbreak openers).
 INJECTION_MARKERS = (
@@ -25,6 +27,8 @@ INJECTION_MARKERS = (
 
 class Check(Protocol):
     name: str
+    # Category -> the score at or above which it is true (rules and PII score 1.0 when they fire).
+    thresholds: Mapping[str, float]
 
     async def check(self, text: str) -> Verdict: ...
 
@@ -41,6 +45,7 @@ class RuleCheck:
             self._rules.append(("blocklist", re.compile("|".join([*words, *patterns]), re.IGNORECASE)))
         if prompt_injection:
             self._rules.append(("prompt_injection", re.compile("|".join(INJECTION_MARKERS), re.IGNORECASE)))
+        self.thresholds = {category: 1.0 for category, _ in self._rules}
 
     async def check(self, text: str) -> Verdict:
         return self.check_now(text)
@@ -62,6 +67,7 @@ class PiiCheck:
 
     def __init__(self, action: Literal["redact", "flag"] = "redact") -> None:
         self.action = action
+        self.thresholds = {f"pii/{kind}": 1.0 for kind in PII_KINDS}
 
     async def check(self, text: str) -> Verdict:
         found = find_pii(text)

@@ -16,6 +16,7 @@ class ClassifierCheck:
         self.safe_labels = set(safe_labels)
         # A label other than a safe one at or above this probability flags the text.
         self.threshold = threshold
+        self.thresholds = {label: threshold for label in model.labels if label not in self.safe_labels}
 
     async def check(self, text: str) -> Verdict:
         probs = (await self.model.run([text]))[0]

@@ -11,6 +11,11 @@ from blink.gateway.safety.verdict import Verdict
 class SafetyPipeline:
     def __init__(self, checks: Sequence[Check]) -> None:
         self.checks = list(checks)
+        # Every covered category and its threshold (the strictest where two checks share one).
+        self.thresholds: dict[str, float] = {}
+        for c in self.checks:
+            for category, t in c.thresholds.items():
+                self.thresholds[category] = min(t, self.thresholds.get(category, t))
 
     async def check(self, text: str) -> Verdict:
         if not text:

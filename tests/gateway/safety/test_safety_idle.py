@@ -19,6 +19,7 @@ _STEPS = 30
 
 class RecordingCheck:
     name = "recording"
+    thresholds: dict[str, float] = {}
 
     def __init__(self, events: list[str]) -> None:
         self.events = events
