@@ -3,8 +3,8 @@
 Blink's own AVX-512 kernel (blink::prefill_attention_cpu) is the faster one on CPUs without AMX.
 On a CPU with AMX, torch's flash-attention CPU path (``scaled_dot_product_attention``) does its
 block matmuls through oneDNN's bf16 GEMMs, which run on the AMX tiles, while Blink's kernel stays
-on AVX-512 and was measured as most of a long prefill there (benchmarks/RESULTS.md and the
-AMX profile in shared/ENVIRONMENT.md). The choice is made once, at engine start, and logged.
+on AVX-512 and was measured as most of a long prefill there (the AMX profile in
+benchmarks/RESULTS.md, issue #23). The choice is made once, at engine start, and logged.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Sentence embeddings with ONNX Runtime on one thread (all-MiniLM-L6-v2 by default).
 
 The sentence-transformers checkpoint is exported to ONNX once (``torch.onnx.export``,
-``dynamo=False``) and cached on disk, optionally with per-channel dynamic int8 weights (about
-3x faster on this CPU, cosine 0.995 to fp32 per shared/ENVIRONMENT.md). At run time only
+``dynamo=False``) and cached on disk, optionally with per-channel dynamic int8 weights (several times faster, at a
+small cost in fidelity to fp32: benchmarks/RESULTS.md). At run time only
 ``onnxruntime`` and ``tokenizers`` are used: no torch import on the serving path once the file
 exists. One intra-op thread: the gateway shares its cores with the engine, and a second thread
 collapses under contention.
