@@ -47,9 +47,11 @@ TRUE_CATEGORIES = ("paraphrase", "near_repeat")
 # The fit maximises recall on the training folds subject to this share of their traps served
 # (--train-traps): none by default, the margin for what a held-out fold holds that training does not.
 TRAIN_TRAP_BUDGET = 0.0
-_THRESHOLDS = np.round(np.arange(0.70, 0.921, 0.02), 2)
-_ADD_SLACKS = np.round(np.arange(0.88, 1.001, 0.01), 2)
-_SWAP_SLACKS = np.round(np.arange(0.92, 1.001, 0.01), 2)
+# The cosine floor is not searched below 0.70: further down MiniLM's neighbours are mostly other
+# questions, and the guard would be the only defence.
+_THRESHOLDS = np.round(np.arange(0.70, 0.921, 0.01), 2)
+_ADD_SLACKS = np.round(np.arange(0.80, 1.001, 0.01), 2)
+_SWAP_SLACKS = np.round(np.arange(0.80, 1.001, 0.01), 2)
 
 
 def _request(messages: list[dict[str, Any]]) -> GenerationRequest:
@@ -86,6 +88,7 @@ class Pair:
     clean: bool  # the guard passes it whatever the cosine
     add: bool  # it passes once the cosine reaches the one-added-word slack
     swap: bool  # ... the one-replaced-word slack
+    text: str = ""  # "a | b", to name the traps that get through
 
 
 def _classify(r: dict[str, Any], cos: float) -> Pair:
@@ -93,7 +96,7 @@ def _classify(r: dict[str, Any], cos: float) -> Pair:
     clean = same_answer(r["b"], r["a"], cos, GuardParams(never, never))
     add = same_answer(r["b"], r["a"], 1.0, GuardParams(always, never))
     swap = same_answer(r["b"], r["a"], 1.0, GuardParams(never, always))
-    return Pair(r["category"], bool(r["same_answer"]), cos, clean, add, swap)
+    return Pair(r["category"], bool(r["same_answer"]), cos, clean, add, swap, f"{r['a']} | {r['b']}")
 
 
 def _served(pairs: list[Pair], thr: np.ndarray, add: np.ndarray, swap: np.ndarray) -> np.ndarray:
@@ -115,8 +118,10 @@ def _grid(cosine_only: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _fit(pairs: list[Pair], cosine_only: bool, budget: float = TRAIN_TRAP_BUDGET) -> tuple[float, float, float]:
-    """The parameters with the best training recall whose training traps stay in budget; ties go
-    to the stricter setting (higher cosines)."""
+    """The parameters with the best training recall whose training traps stay in budget. Many
+    settings tie: the slacks, which let words differ, take the strictest tied value (the safe
+    side); the cosine floor, which traps rarely bound, the middle of its tied range (so it is
+    not pushed right against the lowest training repeat)."""
     thr, add, swap = _grid(cosine_only)
     same = np.array([p.same for p in pairs])
     if cosine_only:
@@ -126,8 +131,11 @@ def _fit(pairs: list[Pair], cosine_only: bool, budget: float = TRAIN_TRAP_BUDGET
         served = _served(pairs, thr, add, swap)
     recall = (served & same[:, None]).sum(0) / max(1, same.sum())
     traps = (served & ~same[:, None]).sum(0) / max(1, (~same).sum())
-    score = np.where(traps <= budget + 1e-9, recall, -1.0) - 1e-6 * traps + 1e-9 * (thr + add + swap)
-    best = int(np.argmax(score))
+    score = np.where(traps <= budget + 1e-9, recall, -1.0) - 1e-6 * traps
+    ties = np.flatnonzero(score >= score.max() - 1e-12)
+    strict = ties[(add[ties] + swap[ties]) >= (add[ties] + swap[ties]).max() - 1e-12]
+    centre = (thr[strict].min() + thr[strict].max()) / 2
+    best = int(strict[np.argmin(np.abs(thr[strict] - centre))])
     return float(thr[best]), float(add[best]), float(swap[best])
 
 
@@ -178,6 +186,9 @@ def _table(pairs: list[Pair], served: dict[str, np.ndarray]) -> dict[str, tuple[
         kind = "recall" if c in TRUE_CATEGORIES else "traps"
         row = "  ".join(f"{served[m][idx].mean():>{w}.1%}" for m, w in (("usual", 10), ("cosine", 12), ("guard", 8)))
         print(f"    {c:<14}{len(idx):>6}  {row}   {kind}")
+    for i in np.flatnonzero(served["guard"]):
+        if not pairs[i].same:
+            print(f"      trap served by the guard: [{pairs[i].category}, cos {pairs[i].cos:.3f}] {pairs[i].text}")
     same = np.array([p.same for p in pairs])
     out = {}
     for m in ("cosine", "guard"):

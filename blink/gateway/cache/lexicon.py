@@ -61,7 +61,7 @@ _CORE_OPPOSITES = [
     ("maximum max", "minimum min"), ("first", "last"), ("top", "bottom"), ("front", "back"), ("left", "right"),
     ("north", "south"), ("east", "west"), ("male", "female"), ("day", "night"), ("summer", "winter"), ("hard", "soft"),
     ("wet", "dry"), ("safe", "dangerous harmful"), ("true", "false"), ("positive", "negative"), ("pass", "fail"),
-    ("compulsory mandatory required", "optional"), ("home", "abroad"), ("domestic", "international"),
+    ("compulsory mandatory required", "optional"), ("domestic", "international"),
     ("remember", "forget"), ("show", "hide"), ("push", "pull"), ("borrow", "lend"), ("rent", "buy"), ("win", "lose"),
     ("encrypt", "decrypt"), ("compress", "decompress"), ("encode", "decode"), ("inbound incoming", "outbound outgoing"),
     ("before", "after"), ("early", "late"), ("above", "below"), ("over", "under"), ("on", "off"), ("in", "out"), ("up", "down"),
