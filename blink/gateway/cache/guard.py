@@ -86,6 +86,11 @@ _STOP = frozenset(
     usually typically normally currently actually still kind sort thing things lot bit whats steps step
     hey sorry question but wonder wondering quick anyone help hoping kindly let s""".split()
 ) - _DIRECTIONS - _NEGATIONS
+# More differing words than this on one side is another question, whatever pairs up; refusing it
+# here also bounds the pairwise word comparisons below on long texts.
+_MAX_DIFFERING = 16
+# Relation words looked at per text: questions have a few; a long text cannot make it quadratic.
+_MAX_RELATIONS = 32
 # Words that carry no meaning in a question at all: only these are ignored when looking for opposites.
 _FILLERS = frozenset("a an the um uh er hi hello hey please thanks thank okay ok oh well so just really sorry".split())
 
@@ -201,6 +206,8 @@ def _relations(tokens: list[str]) -> list[tuple[str, frozenset[str], frozenset[s
             left, right = _phrase(tokens, i, -1), _phrase(tokens, i, 1)
             if left and right:
                 out.append((tok, left, right))
+                if len(out) == _MAX_RELATIONS:
+                    break
     return out
 
 
@@ -293,6 +300,8 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
     # Opposites are looked for among all differing words, generic verbs included ("take"/"avoid").
     diff_a = {_stem(t) for t in fa.tokens if t not in _FILLERS} - stems_b
     diff_b = {_stem(t) for t in fb.tokens if t not in _FILLERS} - stems_a
+    if len(diff_a) > _MAX_DIFFERING or len(diff_b) > _MAX_DIFFERING:
+        return f"{max(len(diff_a), len(diff_b))} words differ: not a rewording"
     opposite = next(((w, v) for w in diff_a for v in diff_b if opposed(w, v)), None)
     if opposite:
         return f"opposites: {opposite[0]!r} vs {opposite[1]!r}"
