@@ -1,23 +1,33 @@
 """The hit guard: a semantic neighbour is served only if the words that change an answer agree.
 
 Sentence embeddings place "Is the clinic open on Sundays?" and "... closed on Sundays?" at
-cosine 0.96: a threshold alone serves a quarter of such traps (shared/data/semantic-cache).
-The guard compares what a cosine ignores, and rejects the pair unless all of these agree:
+cosine 0.96, and "convert kilograms to pounds" and "pounds to kilograms" at 0.99: a threshold
+alone serves a quarter of such traps (shared/data/semantic-cache). The guard compares what a
+cosine ignores, and rejects the pair unless all of these agree:
 
 - numbers and quantities (``3pm``, ``£250,000``, ``fifteen``, ``2-bedroom``), time words
   (weekdays, months, today/tomorrow, weekends, am/pm);
-- negations (``not``, ``n't``, ``never``, ``without``, ``non-``) and antonym prefixes
-  (``safe``/``unsafe``, ``lock``/``unlock``);
+- negations (``not``, ``n't``, ``never``, ``without``, ``non-``);
 - comparatives and superlatives (``most``/``least``, ``cheapest``);
-- direction words with what they point at, in order (``from savings to current``);
+- direction words with what they point at, in order (``from savings to current``), and the
+  order around a relation word: the phrase left of ``to``/``into``/``than``/``in``/``per`` …
+  in one question must not stand on its right in the other (``PNG to JPEG``/``JPEG to PNG``);
 - named entities (capitalised words) must appear on both sides;
-- content words: after dropping function words and generic verbs and pairing spelling
-  variants (``centre``/``center``, typos), nothing may be left over on either side — a swapped
-  content word (``blue``/``red``, ``eat``/``avoid``) or an added qualifier (``extended
-  warranty``, ``in babies``) changes the question.
+- opposites anywhere among the differing words, generic verbs included: a negating prefix on a
+  form of the other word (``subscribe``/``unsubscribing``), opposed prefixes (``enable``/
+  ``disable``) or an everyday opposite (``take``/``avoid``) — rules in ``lexicon.py``;
+- content words: after dropping function words and generic verbs and pairing forms of one word
+  (inflections, British/American spellings, typos of which one side is not an English word),
+  nothing may be left over — except, at a high cosine, one added word (``params.add_slack``)
+  or one replaced word (``params.swap_slack``). Never when the word stands right before a word
+  both share (``extended warranty``, ``self-employed``: it narrows it), nor when the two
+  replaced words are spelt alike (``Niger``/``Nigeria``: two names); an added word that closes
+  a noun phrase after a shared word (``phone`` -> ``phone card``: a new thing asked about) needs
+  the replaced-word slack.
 
 It is deliberately strict: a missed hit costs one backend call, a wrong hit costs a wrong
-answer. ``benchmarks/semantic_cache_quality.py`` measures both sides.
+answer. ``benchmarks/semantic_cache_quality.py --folds K`` measures both sides on pairs held
+out from the fit of the two slack cosines.
 """
 
 from __future__ import annotations
@@ -25,8 +35,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 from functools import lru_cache
+
+from blink.gateway.cache.lexicon import look_alike, opposed, variant
+from blink.gateway.cache.lexicon import stem as _stem
 
 _CONTRACTIONS = [
     (re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"), (re.compile(r"n't\b"), " not"),
@@ -61,7 +73,8 @@ _NOT_SUPERLATIVES = frozenset(
 _NEGATIONS = frozenset("not no never none nothing nobody neither nor without non cannot".split())
 _COMPARATIVES = frozenset("most least more less fewer best worst better worse".split())
 _DIRECTIONS = frozenset("from to into onto out off before after above below over under towards".split())
-_ANTONYM_PREFIXES = ("un", "in", "im", "ir", "il", "dis", "non", "de", "mis")
+# Words whose two sides are ordered: "X to Y" is not "Y to X" (conversion, transfer, comparison).
+_RELATIONS = frozenset("to into from than per before after over under above below in for".split())
 # Function words and generic verbs: rewording them does not change what is asked.
 _STOP = frozenset(
     """a an the this that these those it its is are was were be been being am do does did doing done have has had
@@ -73,14 +86,25 @@ _STOP = frozenset(
     usually typically normally currently actually still kind sort thing things lot bit whats steps step
     hey sorry question but wonder wondering quick anyone help hoping kindly let s""".split()
 ) - _DIRECTIONS - _NEGATIONS
-# Spelling variants and typos: stems this similar, with the same first letter, are one word.
-_TYPO_RATIO = 0.8
-# Stems sharing this long a prefix are forms of one word (quote/quotation, agent/agency).
-_SHARED_PREFIX = 4
-# On pairs-dev, no trap that adds one word scores above 0.89 and no trap that swaps one content
-# word above 0.957 (open/closed, full-time/part-time); the slack stays above both.
-ADD_SLACK_COSINE = 0.90
-SWAP_SLACK_COSINE = 0.96
+# More differing words than this on one side is another question, whatever pairs up; refusing it
+# here also bounds the pairwise word comparisons below on long texts.
+_MAX_DIFFERING = 16
+# Relation words looked at per text: questions have a few; a long text cannot make it quadratic.
+_MAX_RELATIONS = 32
+# Words that carry no meaning in a question at all: only these are ignored when looking for opposites.
+_FILLERS = frozenset("a an the um uh er hi hello hey please thanks thank okay ok oh well so just really sorry".split())
+
+
+@dataclass(frozen=True, slots=True)
+class GuardParams:
+    """The cosine slack on content words; fitted by ``benchmarks/semantic_cache_quality.py --folds``
+    on training folds (the defaults are its fit on all of pairs-dev, printed by ``--fit``)."""
+
+    add_slack_cosine: float = 0.88  # one added or dropped content word
+    swap_slack_cosine: float = 0.92  # one content word replaced by another
+
+
+DEFAULT_PARAMS = GuardParams()
 _GREETING = re.compile(r"^\s*(good\s+)?(morning|afternoon|evening|hi|hello|hey)\b[\s!,.]*", re.IGNORECASE)
 
 
@@ -93,14 +117,6 @@ def _normalise(text: str) -> str:
     return t
 
 
-@lru_cache(maxsize=65536)
-def _stem(word: str) -> str:
-    for suffix, repl in (("ies", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", "")):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)] + repl
-    return word
-
-
 @dataclass(slots=True)
 class Features:
     critical: Counter[str]
@@ -108,13 +124,17 @@ class Features:
     entities: set[str]
     tokens: set[str]
     content: Counter[str]
+    surface: dict[str, str]  # stem -> the word it came from (typos are judged on words)
+    relations: list[tuple[str, frozenset[str], frozenset[str]]]  # (to, {celsius}, {fahrenheit})
+    sequence: tuple[str, ...]  # every token, in order
 
 
 def features(text: str) -> Features:
     """The guard's view of ``text``: a fresh copy (``explain`` adjusts it) of a cached analysis —
     a miss compares one query with several neighbours, and cached questions recur."""
     f = _analyse(text)
-    return Features(f.critical.copy(), list(f.directions), set(f.entities), set(f.tokens), f.content.copy())
+    return Features(f.critical.copy(), list(f.directions), set(f.entities), set(f.tokens), f.content.copy(),
+                    f.surface, f.relations, f.sequence)  # fmt: skip
 
 
 # Texts analysed by the guard, kept: a few thousand short questions are a few MB.
@@ -124,6 +144,7 @@ def _analyse(text: str) -> Features:
     paired = "from" in tokens
     critical: Counter[str] = Counter()
     content: Counter[str] = Counter()
+    surface: dict[str, str] = {}
     directions: list[tuple[str, str]] = []
     for i, tok in enumerate(tokens):
         if tok[0].isdigit():
@@ -151,26 +172,83 @@ def _analyse(text: str) -> Features:
             directions.append((tok, _stem(target)))
         elif tok not in _STOP:
             content[_stem(tok)] += 1
+            surface.setdefault(_stem(tok), tok)
     entities = set()
     for sentence in re.split(r"[.!?]\s+|^", text):
         words = _RAW_WORD.findall(sentence)
         # Capitalised time words (Monday, March) are compared, typos allowed, as time words.
         entities |= {w.lower() for w in words[1:] if w[0].isupper() and w != "I" and _stem(w.lower()) not in _TIME_WORDS}
-    return Features(critical, directions, entities, set(tokens), content)
+    return Features(critical, directions, entities, set(tokens), content, surface, _relations(tokens), tuple(tokens))
 
 
-def _antonyms(a: str, b: str) -> bool:
-    """safe/unsafe, lock/unlock, like/dislike: an antonym made with a prefix."""
-    return any(a == p + b or b == p + a for p in _ANTONYM_PREFIXES)
+def _is_content(tok: str) -> bool:
+    """Currencies count: "dollars to yen" is normalised to "$ to yen"."""
+    return tok not in _STOP and tok not in _RELATIONS and tok not in _NEGATIONS
 
 
-def _is_variant(a: str, b: str) -> bool:
-    """Spelling variant or typo, but not an antonym made with a prefix."""
-    if _antonyms(a, b):
-        return False
-    if a[:_SHARED_PREFIX] == b[:_SHARED_PREFIX] and min(len(a), len(b)) >= _SHARED_PREFIX:
-        return True
-    return a[0] == b[0] and SequenceMatcher(None, a, b).ratio() >= _TYPO_RATIO
+def _phrase(tokens: list[str], i: int, step: int) -> frozenset[str]:
+    """The content words of the phrase nearest to ``tokens[i]`` in direction ``step``: function
+    words are skipped up to it, and it ends at the next function word."""
+    j = i + step
+    while 0 <= j < len(tokens) and tokens[j] in _STOP and tokens[j] not in _RELATIONS:
+        j += step
+    words = []
+    while 0 <= j < len(tokens) and _is_content(tokens[j]):
+        words.append(_stem(tokens[j]))
+        j += step
+    return frozenset(words)
+
+
+def _relations(tokens: list[str]) -> list[tuple[str, frozenset[str], frozenset[str]]]:
+    out = []
+    for i, tok in enumerate(tokens):
+        if tok in _RELATIONS:
+            left, right = _phrase(tokens, i, -1), _phrase(tokens, i, 1)
+            if left and right:
+                out.append((tok, left, right))
+                if len(out) == _MAX_RELATIONS:
+                    break
+    return out
+
+
+def _modifies(added: str, side: Features, other_stems: set[str]) -> bool:
+    """"extended warranty", "self-employed": the added word stands right before a word both
+    questions share, so it narrows what they ask about (a premodifier or a compound's first part)."""
+    seq = side.sequence
+    for i, tok in enumerate(seq[:-1]):
+        nxt = seq[i + 1]
+        if _stem(tok) == added and _is_content(nxt) and not nxt[0].isdigit() and _stem(nxt) in other_stems:
+            return True
+    return False
+
+
+def _new_head(added: str, side: Features, other_stems: set[str]) -> bool:
+    """"my phone card": the added word closes a noun phrase right after a word both share."""
+    seq = side.sequence
+    for i, tok in enumerate(seq[1:], 1):
+        prev, nxt = seq[i - 1], seq[i + 1] if i + 1 < len(seq) else ""
+        if _stem(tok) == added and _is_content(prev) and _stem(prev) in other_stems and not (nxt and _is_content(nxt)):
+            return True
+    return False
+
+
+def _swapped(fa: Features, fb: Features) -> str | None:
+    """"Celsius to Fahrenheit" vs "Fahrenheit to Celsius": the same relation word with what
+    stands on its left in one question on its right in the other, and the other way round."""
+    for rel, la, ra in fa.relations:
+        for rel_b, lb, rb in fb.relations:
+            if rel == rel_b and la & rb and ra & lb:
+                return f"order swapped around {rel!r}: {sorted(la)} {rel} {sorted(ra)} vs {sorted(lb)} {rel} {sorted(rb)}"
+    return None
+
+
+def _is_variant(a: str, b: str, fa: Features, fb: Features) -> bool:
+    return variant(a, b, fa.surface.get(a, a), fb.surface.get(b, b))
+
+
+def _misspelt_time_word(word: str) -> bool:
+    """"Mondys": compared as the time word it misspells (``_absorb_misspelt_time_words``)."""
+    return any(t[0] == word[0] and variant(t, _stem(word), t, word) for t in _TIME_WORDS)
 
 
 def _absorb_misspelt_time_words(fa: Features, fb: Features) -> None:
@@ -179,29 +257,30 @@ def _absorb_misspelt_time_words(fa: Features, fb: Features) -> None:
         if not key.startswith("t:"):
             continue
         word = key[2:]
-        match = next((c for c in fb.content if c not in fa.content and _is_variant(word, c)), None)
+        match = next((c for c in fb.content if c not in fa.content and variant(word, c, word, fb.surface.get(c, c))), None)
         if match is not None:
             fb.content[match] -= 1
             fb.content += Counter()  # drop zero counts
             fb.critical[key] += 1
 
 
-def _leftover(a: Counter[str], b: Counter[str]) -> tuple[list[str], list[str]]:
-    only_a = list((a - b).elements())
-    only_b = list((b - a).elements())
+def _leftover(fa: Features, fb: Features) -> tuple[list[str], list[str]]:
+    only_a = list((fa.content - fb.content).elements())
+    only_b = list((fb.content - fa.content).elements())
     for w in list(only_a):
-        match = next((v for v in only_b if _is_variant(w, v)), None)
+        match = next((v for v in only_b if _is_variant(w, v, fa, fb)), None)
         if match is not None:
             only_a.remove(w)
             only_b.remove(match)
     return only_a, only_b
 
 
-def explain(query: str, cached: str, score: float = 0.0) -> str | None:
+def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = DEFAULT_PARAMS) -> str | None:
     """Why the pair must not share an answer, or None when the guard lets it through.
 
-    ``score`` (their cosine) buys a little slack on content words only: one extra word at
-    ``ADD_SLACK_COSINE``, one swapped word at ``SWAP_SLACK_COSINE``; critical tokens never bend.
+    ``score`` (their cosine) buys a little slack on content words only: one added word at
+    ``params.add_slack_cosine``, one replaced word at ``params.swap_slack_cosine``; critical
+    tokens, swapped order, entities and opposites never bend.
     """
     fa, fb = features(query), features(cached)
     _absorb_misspelt_time_words(fa, fb)
@@ -210,22 +289,42 @@ def explain(query: str, cached: str, score: float = 0.0) -> str | None:
         return f"numbers/negations/time words differ: {dict(fa.critical - fb.critical)} vs {dict(fb.critical - fa.critical)}"
     if fa.directions != fb.directions:
         return f"direction differs: {fa.directions} vs {fb.directions}"
+    swapped = _swapped(fa, fb)
+    if swapped:
+        return swapped
     stems_a, stems_b = {_stem(t) for t in fa.tokens}, {_stem(t) for t in fb.tokens}
-    missing = {e for e in fa.entities - _STOP if _stem(e) not in stems_b}
-    missing |= {e for e in fb.entities - _STOP if _stem(e) not in stems_a}
+    missing = {e for e in fa.entities - _STOP if _stem(e) not in stems_b and not _misspelt_time_word(e)}
+    missing |= {e for e in fb.entities - _STOP if _stem(e) not in stems_a and not _misspelt_time_word(e)}
     if missing:
         return f"entities differ: {sorted(missing)}"
-    only_a, only_b = _leftover(fa.content, fb.content)
+    # Opposites are looked for among all differing words, generic verbs included ("take"/"avoid").
+    diff_a = {_stem(t) for t in fa.tokens if t not in _FILLERS} - stems_b
+    diff_b = {_stem(t) for t in fb.tokens if t not in _FILLERS} - stems_a
+    if len(diff_a) > _MAX_DIFFERING or len(diff_b) > _MAX_DIFFERING:
+        return f"{max(len(diff_a), len(diff_b))} words differ: not a rewording"
+    opposite = next(((w, v) for w in diff_a for v in diff_b if opposed(w, v)), None)
+    if opposite:
+        return f"opposites: {opposite[0]!r} vs {opposite[1]!r}"
+    only_a, only_b = _leftover(fa, fb)
     if not (only_a or only_b):
         return None
-    if any(_antonyms(w, v) for w in only_a for v in only_b):
-        return f"antonyms: {only_a} vs {only_b}"
-    if len(only_a) + len(only_b) == 1 and score >= ADD_SLACK_COSINE:
-        return None
-    if len(only_a) == 1 and len(only_b) == 1 and score >= SWAP_SLACK_COSINE:
-        return None
+    if len(only_a) + len(only_b) == 1:
+        added, side, other = (only_a[0], fa, stems_b) if only_a else (only_b[0], fb, stems_a)
+        if _modifies(added, side, other):
+            return f"added word narrows a shared one: {added!r}"
+        # "phone" -> "phone card": a new head noun changes what is asked about, like a swap.
+        slack = params.swap_slack_cosine if _new_head(added, side, other) else params.add_slack_cosine
+        if score >= slack:
+            return None
+    if len(only_a) == 1 and len(only_b) == 1:
+        if look_alike(only_a[0], only_b[0]):
+            return f"names spelt alike: {only_a[0]!r} vs {only_b[0]!r}"
+        if _modifies(only_a[0], fa, stems_b) and _modifies(only_b[0], fb, stems_a):
+            return f"a word narrowing a shared one is swapped: {only_a[0]!r} vs {only_b[0]!r}"
+        if score >= params.swap_slack_cosine:
+            return None
     return f"content words differ: {only_a} vs {only_b}"
 
 
-def same_answer(query: str, cached: str, score: float = 0.0) -> bool:
-    return explain(query, cached, score) is None
+def same_answer(query: str, cached: str, score: float = 0.0, params: GuardParams = DEFAULT_PARAMS) -> bool:
+    return explain(query, cached, score, params) is None

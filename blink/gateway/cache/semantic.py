@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from blink.config import SemanticCacheSettings
+from blink.gateway.cache import lexicon
 from blink.gateway.cache.guard import same_answer
 
 
@@ -34,6 +35,8 @@ class GuardedMatcher:
         # The model server's batched encoder (shared with routing and /v1/embeddings), when wired.
         self._embed_async = embed_async
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blink-embed")
+        if guard:  # off the event loop, before the first hit needs it
+            self._worker.submit(lexicon.warm)
 
     @classmethod
     def from_settings(cls, s: SemanticCacheSettings) -> GuardedMatcher:

@@ -1,46 +1,126 @@
-"""The hit guard on hand-picked pairs: traps of every kind are refused, rewordings pass."""
+"""The hit guard on invented pairs (none is from shared/data/semantic-cache): each kind of trap
+is refused even at a cosine above every slack, and rewordings still pass.
+
+Cosines quoted in comments are all-MiniLM-L6-v2 int8 (as served) for that pair.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-from blink.gateway.cache.guard import explain, same_answer
+from blink.gateway.cache.guard import DEFAULT_PARAMS, GuardParams, explain, same_answer
+
+ABOVE_ALL_SLACK = 0.99
 
 
 @pytest.mark.parametrize(
     ("a", "b"),
     [
-        ("Transfer £50 from my savings to my current account", "Transfer £50 from my current account to my savings"),
-        ("Is the clinic open on Sundays?", "Is the clinic open on Saturdays?"),
-        ("What's 15% of 200?", "What's 50% of 200?"),
-        ("Can I book for 3pm tomorrow?", "Can I book for 3pm on Friday?"),
-        ("Is ibuprofen safe to take with alcohol?", "Is ibuprofen unsafe to take with alcohol?"),
-        ("Which plans include international calls?", "Which plans don't include international calls?"),
-        ("Which appliances use the most electricity?", "Which appliances use the least electricity?"),
-        ("How much is delivery for orders under £50?", "How much is delivery for orders over £50?"),
-        ("What's the capital of Australia?", "What's the capital of Austria?"),
-        ("How do I turn on two-factor authentication?", "How do I turn off two-factor authentication?"),
-        ("Which foods should I eat before surgery?", "Which foods should I avoid before surgery?"),
+        # conversion/format direction, with no "from" to mark it
+        ("How do I convert kilograms to pounds?", "How do I convert pounds to kilograms?"),  # 0.991
+        ("How do I convert a PNG to a JPEG?", "How do I convert a JPEG to a PNG?"),  # 0.990
+        ("What's the exchange rate for dollars to yen?", "What's the exchange rate for yen to dollars?"),
+        ("How many grams are in an ounce?", "How many ounces are in a gram?"),
+        ("Is a kilometre longer than a mile?", "Is a mile longer than a kilometre?"),
+        ("Move $100 from my checking to my savings", "Move $100 from my savings to my checking"),
     ],
 )
-def test_traps_are_refused_even_at_high_similarity(a: str, b: str) -> None:
-    assert explain(b, a, score=0.95) is not None
+def test_swapped_direction_is_refused(a: str, b: str) -> None:
+    why = explain(b, a, ABOVE_ALL_SLACK) or ""
+    assert "swapped" in why or "direction differs" in why
 
 
-def test_an_added_qualifier_is_refused_at_its_real_similarity() -> None:
-    # all-MiniLM-L6-v2 puts this scope trap at cosine 0.87, below the one-extra-word slack.
-    assert explain("What's covered under the extended warranty?", "What's covered under the warranty?", 0.87)
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("How do I subscribe to the weekly digest?", "How do I unsubscribe from the weekly digest?"),
+        ("How do I follow a playlist?", "How do I unfollow a playlist?"),
+        ("Which foods should I take on a long hike?", "Which foods should I avoid on a long hike?"),  # 0.939
+        ("How do I stop getting marketing emails?", "How do I start getting marketing emails?"),
+        ("How do I enable location sharing?", "How do I disable location sharing?"),
+        ("How do I increase my credit limit?", "How do I decrease my credit limit?"),
+        ("How do I accept a calendar invite?", "How do I decline a calendar invite?"),
+        ("Is the gallery accessible by wheelchair?", "Is the gallery inaccessible by wheelchair?"),
+        ("Can I import contacts from a CSV?", "Can I export contacts to a CSV?"),
+        ("How do I lock the front door remotely?", "How do I unlock the front door remotely?"),
+    ],
+)
+def test_opposites_without_a_not_are_refused(a: str, b: str) -> None:
+    assert explain(b, a, ABOVE_ALL_SLACK) is not None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("What is the population of nigeria?", "What is the population of niger?"),  # lower case: no entity
+        ("Nigeria: what's the currency?", "Niger: what's the currency?"),  # sentence-initial: no entity
+        ("What currency does Dominica use?", "What currency does the Dominican Republic use?"),
+        ("Is a visa needed for Slovenia?", "Is a visa needed for Slovakia?"),
+        ("how far is iran from here", "how far is iraq from here"),
+    ],
+)
+def test_names_spelt_alike_are_refused(a: str, b: str) -> None:
+    assert explain(b, a, ABOVE_ALL_SLACK) is not None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("How do I activate my phone?", "How do I activate my phone card?"),  # 0.854
+        ("Can I return a gift?", "Can I return a gift card?"),  # 0.845
+        ("How do I top up my travel pass?", "How do I top up my travel pass card?"),  # 0.884
+        ("How do I renew my library membership?", "How do I renew my library membership card?"),  # 0.907
+    ],
+)
+def test_a_new_head_noun_needs_more_than_the_added_word_slack(a: str, b: str) -> None:
+    # A real all-MiniLM cosine for these is 0.85-0.91: above the added-word slack, below the swap one.
+    assert explain(b, a, 0.91) is not None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("What does a basic check cost?", "What does an enhanced basic check cost?"),
+        ("Can I claim mileage as an employee?", "Can I claim mileage as a self-employed employee?"),
+        ("Is the return ticket refundable?", "Is the open return ticket refundable?"),
+        ("Do you sell hiking boots?", "Do you sell waterproof hiking boots?"),
+        ("How much is a single room?", "How much is a double room?"),
+    ],
+)
+def test_a_narrowing_word_is_refused_at_any_cosine(a: str, b: str) -> None:
+    assert explain(b, a, ABOVE_ALL_SLACK) is not None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Is the pool open on Saturdays?", "Is the pool open on Sundays?"),
+        ("What's 20% of 350?", "What's 25% of 350?"),
+        ("Which plans include roaming?", "Which plans don't include roaming?"),
+        ("Which phones have the longest battery life?", "Which phones have the shortest battery life?"),
+        ("What's the delivery charge for orders over £30?", "What's the delivery charge for orders under £30?"),
+        ("When does the Leeds office open?", "When does the Hull office open?"),
+    ],
+)
+def test_numbers_times_negations_and_entities_never_bend(a: str, b: str) -> None:
+    assert explain(b, a, ABOVE_ALL_SLACK) is not None
 
 
 @pytest.mark.parametrize(
     ("a", "b", "score"),
     [
-        ("How do I cancel my travel insurance policy?", "How can I cancel my travel insurance policy?", 0.99),
-        ("How do I change the email address on my account?", "How do I chnage the email adress on my acount?", 0.9),
-        ("Why is my broadband so slow in the evenings?", "Why is my broadband so slow in the evenigns?", 0.8),
-        ("How do I get a bulky waste collection?", "Morning! How do I get a bulky waste collection?", 0.9),
-        ("What's the excess on my contents insurance?", "What is the excess on my contents insurance policy?", 0.95),
-        ("What's 15% of 200?", "What is fifteen percent of 200?", 0.9),
+        ("How do I convert Celsius to Fahrenheit?", "How can I convert Celsius to Fahrenheit?", 0.99),
+        ("What do I need to renew my driving licence?", "To renew my driving licence, what do I need?", 0.98),
+        ("How do I get a refund for a lost parcel?", "For a lost parcel, how do I get a refund?", 0.98),
+        ("What's the weather like in Rome in May?", "In May, what's the weather like in Rome?", 0.97),
+        ("How do I cancel my gym membership?", "how do i cancel my gym membershp", 0.9),
+        ("What colour options does the sofa come in?", "What color options does the sofa come in?", 0.97),
+        ("Where is the nearest recycling centre?", "Where is the nearest recycling center?", 0.97),
+        ("How do I organise my photos into albums?", "How do I organize my photos into albums?", 0.98),
+        ("Can I get a quote for a loft conversion?", "Can I get a quotation for a loft conversion?", 0.94),
+        ("When does the library open on Tuesdays?", "When does the library open on Tuesdys?", 0.85),
+        ("Can I pay by card?", "Um, hi, can I pay by card please?", 0.95),
+        ("How much is the home insurance?", "How much is the home insurance policy?", 0.95),
     ],
 )
 def test_rewordings_pass(a: str, b: str, score: float) -> None:
@@ -48,5 +128,22 @@ def test_rewordings_pass(a: str, b: str, score: float) -> None:
 
 
 def test_slack_needs_a_high_cosine() -> None:
-    a, b = "What's the excess on my contents insurance?", "What is the excess on my contents insurance policy?"
-    assert not same_answer(b, a, 0.8)
+    a, b = "How do I reset my router?", "Honestly, how do I reset my router?"
+    assert same_answer(b, a, DEFAULT_PARAMS.add_slack_cosine)
+    assert not same_answer(b, a, DEFAULT_PARAMS.add_slack_cosine - 0.01)
+
+
+def test_params_are_the_callers() -> None:
+    a, b = "How do I pause my broadband?", "How do I suspend my broadband?"
+    assert not same_answer(b, a, 0.9, GuardParams(add_slack_cosine=0.88, swap_slack_cosine=0.95))
+    assert same_answer(b, a, 0.9, GuardParams(add_slack_cosine=0.88, swap_slack_cosine=0.9))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "   ", "?!", "£££", "to to to", "a" * 5000, "Ünïcödé ÇàFÉ to résumé", " ".join(f"w{i} to v{i}" for i in range(3000))],
+)
+def test_odd_text_gets_a_verdict_not_an_error(text: str) -> None:
+    # Long texts are refused by the count of differing words before any pairwise comparison.
+    assert isinstance(same_answer(text, "How do I reset my password?", 0.99), bool)
+    assert isinstance(same_answer(text, text, 1.0), bool)
