@@ -140,6 +140,9 @@ class Delta:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
     finish_reason: str | None = None
+    # With ``finish_reason`` "stop": the stop string that ended the choice (vLLM's ``stop_reason``),
+    # None when the model ended it itself. Anthropic's ``stop_sequence`` reports it.
+    stop_reason: str | None = None
     # Set on the last delta of the whole request (after every choice finished).
     usage: Usage | None = None
     # OpenAI-shaped tool-call fragments: passed through from upstreams, or parsed from the embedded
@@ -230,3 +233,11 @@ class Supervised(Protocol):
     """
 
     def live(self) -> bool: ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A backend that can count a request's prompt tokens without generating (Anthropic's
+    ``count_tokens``): the embedded engine, which holds the tokenizer and chat template."""
+
+    async def count_tokens(self, req: GenerationRequest) -> int: ...
