@@ -51,6 +51,7 @@ def add_messages_routes(router: APIRouter, registry: BackendRegistry, settings: 
         req = apply_routing_headers(
             messages_request(body, body.model, settings.max_tokens_limit, settings.request_timeout_s),
             request.headers)
+        req.native_api, req.native_body = "messages", raw  # an upstream serving /v1/messages gets it as sent
         gen = await pipeline.run(principal, req, Directives(cache))
         if gen.replay is not None:
             return MessagesReplayResponse(req, gen.replay, stream=body.stream, headers=gen.headers)
@@ -64,16 +65,17 @@ def add_messages_routes(router: APIRouter, registry: BackendRegistry, settings: 
     async def count_tokens(request: Request) -> Response:
         principal = _principal(request)
         require_json(request.headers.get("content-type"))
-        body = validate(CountTokensRequest, parse_json_object(await request.body()))
+        raw = parse_json_object(await request.body())
+        body = validate(CountTokensRequest, raw)
         check_model_allowed(principal, body.model)
         backend = registry.resolve(body.model)
         if not isinstance(backend, TokenCounter):
             raise InvalidRequestError(
-                f"Token counting is not available for the model '{body.model}': its backend does not tokenize "
-                "in this server.", param="model", code="unsupported_parameter")
+                f"Token counting is not available for the model '{body.model}': its backend cannot count "
+                "tokens.", param="model", code="unsupported_parameter")
         chat = chat_body(body, body.model)
         req = GenerationRequest(request_id="count", model=body.model, kind="chat", options=SamplingOptions(),
-                                messages=chat["messages"], raw=chat)
+                                messages=chat["messages"], raw=chat, native_api="messages", native_body=raw)
         count = await backend.count_tokens(req)
         return Response(orjson.dumps({"input_tokens": count}), media_type="application/json")
 

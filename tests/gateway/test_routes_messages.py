@@ -1,7 +1,8 @@
 """Anthropic's Messages API end to end, with the real ``anthropic`` SDK against a real gateway.
 
 One gateway (keys on) serves a tiny random embedded model, a fake OpenAI upstream (what the
-translation sends it) and a fault upstream that fails mid-stream. Random weights still call a tool
+translation sends it), an upstream that serves /v1/messages itself (passed through) and a fault
+upstream that fails mid-stream. Random weights still call a tool
 when ``tool_choice`` forces it: the grammar engine constrains the output.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+from anthropic_upstream import COUNT, AnthropicUpstream
 from fault_upstream import FaultUpstream
 from live_server import LiveServer
 from upstream_server import FakeUpstream
@@ -53,7 +55,14 @@ def fake() -> Iterator[FakeUpstream]:
 
 
 @pytest.fixture(scope="module")
-def url(tiny_qwen2: Path, fake: FakeUpstream, keys_db: Path) -> Iterator[str]:
+def native() -> Iterator[tuple[AnthropicUpstream, str]]:
+    up = AnthropicUpstream()
+    with LiveServer(up) as server:
+        yield up, f"{server.url}/v1"
+
+
+@pytest.fixture(scope="module")
+def url(tiny_qwen2: Path, fake: FakeUpstream, native: tuple[AnthropicUpstream, str], keys_db: Path) -> Iterator[str]:
     broken = FaultUpstream(fault="error_mid")
     with LiveServer(broken) as up:
         settings = Settings(
@@ -61,7 +70,9 @@ def url(tiny_qwen2: Path, fake: FakeUpstream, keys_db: Path) -> Iterator[str]:
             models=[ModelSettings(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                                   max_model_len=2048),
                     ModelSettings(name="fake", kind="openai_http", base_url=fake.base_url),
-                    ModelSettings(name="broken", kind="openai_http", base_url=f"{up.url}/v1")],
+                    ModelSettings(name="broken", kind="openai_http", base_url=f"{up.url}/v1"),
+                    ModelSettings(name="native", kind="openai_http", base_url=native[1], upstream_model="up-model",
+                                  native_apis=["messages"])],
             auth=AuthSettings(enabled=True, keys_db=str(keys_db)),
         )
         with LiveServer(build_app(settings)) as server:
@@ -174,6 +185,26 @@ def test_translated_chat_body_reaches_the_upstream(url: str, secret: str, fake: 
     assert sent["tools"][0]["function"]["parameters"] == FORECAST["input_schema"]
     assert sent["tool_choice"] == "auto" and sent["parallel_tool_calls"] is False
     assert sent["stop"] == ["END"] and sent["top_k"] == 5 and sent["user"] == "u-1" and sent["max_tokens"] == 4
+
+
+def test_native_upstream_gets_the_messages_body_as_sent(url: str, secret: str,
+                                                        native: tuple[AnthropicUpstream, str]) -> None:
+    up = native[0]
+    client = _client(url, secret)
+    msg = client.messages.create(model="native", max_tokens=9, messages=ASK, tools=[FORECAST],  # type: ignore[arg-type]
+                                 tool_choice={"type": "any"})
+    path, sent, headers = up.requests[-1]
+    assert path == "/v1/messages" and sent["model"] == "up-model" and sent["stream"] is True
+    assert sent["messages"] == ASK and sent["tools"] == [FORECAST] and sent["tool_choice"] == {"type": "any"}
+    assert headers[b"anthropic-version"]
+    assert [b.type for b in msg.content] == ["text", "tool_use"] and msg.content[0].text == "Hello"  # type: ignore[union-attr]
+    assert msg.content[1].id == "toolu_up" and msg.content[1].input == {"unit": "celsius", "hourly": True}  # type: ignore[union-attr]
+    assert msg.stop_reason == "tool_use" and (msg.usage.input_tokens, msg.usage.output_tokens) == (7, 5)
+    with client.messages.stream(model="native", max_tokens=9, messages=ASK, stop_sequences=["END"]) as s:  # type: ignore[arg-type]
+        final = s.get_final_message()
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == "END"
+    assert client.messages.count_tokens(model="native", messages=ASK).input_tokens == COUNT  # type: ignore[arg-type]
+    assert up.requests[-1][0] == "/v1/messages/count_tokens" and up.requests[-1][1]["model"] == "up-model"
 
 
 def test_stream_failing_midway_ends_with_an_error_event(url: str, secret: str) -> None:
