@@ -11,6 +11,7 @@ after the first event ends the stream with Anthropic's ``error`` event, never a 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -32,6 +33,7 @@ from blink.protocol.errors import BlinkError, InternalServerError
 
 log = logging.getLogger("blink.gateway")
 
+PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 _STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
 
 
@@ -218,6 +220,15 @@ class MessagesResponse(GenerationResponse):
         if pending and not delta.more:
             await send({"type": "http.response.body", "body": b"".join(pending), "more_body": True})
             pending.clear()
+
+    async def _keep_alive(self, send: Send) -> None:
+        """Anthropic's ``ping`` event while the first token is pending (the SDK skips it)."""
+        while True:
+            if not self._started:
+                self._started = True  # before the await: a cancel mid-send must not resend headers
+                await send(self._start_message(b"text/event-stream", 0.0))
+            await send({"type": "http.response.body", "body": PING, "more_body": True})
+            await asyncio.sleep(self._keepalive_s or 0.0)
 
     async def _send_whole(self, it: AsyncIterator[Delta], send: Send, stamp: StreamStamp | None) -> None:
         req = self._req

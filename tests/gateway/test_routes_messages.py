@@ -20,7 +20,14 @@ from fault_upstream import FaultUpstream
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ModelSettings, ServerSettings, Settings
+from blink.config import (
+    AuthSettings,
+    CacheSettings,
+    ExactCacheSettings,
+    ModelSettings,
+    ServerSettings,
+    Settings,
+)
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 
@@ -96,6 +103,31 @@ def test_create_text(url: str, secret: str) -> None:
     assert msg.stop_reason in ("end_turn", "max_tokens") and msg.stop_sequence is None
     assert msg.usage.input_tokens + (msg.usage.cache_read_input_tokens or 0) > 0
     assert 0 < msg.usage.output_tokens <= 8
+
+
+def test_final_assistant_turn_is_continued(url: str, secret: str) -> None:
+    prefill = [*ASK, {"role": "assistant", "content": "It is"}]
+    msg = _client(url, secret).messages.create(model="tiny", max_tokens=4, messages=prefill, extra_body=GREEDY)  # type: ignore[arg-type]
+    assert msg.content and msg.usage.output_tokens > 0
+
+
+def test_cache_hits_replay_as_messages(fake: FakeUpstream) -> None:
+    settings = Settings(models=[ModelSettings(name="fake", kind="openai_http", base_url=fake.base_url)],
+                        cache=CacheSettings(exact=ExactCacheSettings(enabled=True), store="memory"))
+    with LiveServer(build_app(settings)) as server:
+        client = _client(server.url, "unused")
+        ask = [{"role": "user", "content": "cache me"}]
+        first = client.messages.with_raw_response.create(model="fake", max_tokens=3, messages=ask, extra_body=GREEDY)  # type: ignore[arg-type]
+        again = client.messages.with_raw_response.create(model="fake", max_tokens=3, messages=ask, extra_body=GREEDY)  # type: ignore[arg-type]
+        with client.messages.stream(model="fake", max_tokens=3, messages=ask, extra_body=GREEDY) as s:  # type: ignore[arg-type]
+            streamed = s.get_final_message()
+        stopped = [client.messages.with_raw_response.create(model="fake", max_tokens=3, messages=ask,  # type: ignore[arg-type]
+                                                            stop_sequences=["zz"], extra_body=GREEDY) for _ in range(2)]
+    assert again.headers["x-blink-cache"] == "exact"
+    assert again.parse().content == first.parse().content
+    assert streamed.content[0].text == first.parse().content[0].text  # type: ignore[union-attr]
+    assert again.parse().usage.cache_read_input_tokens == first.parse().usage.input_tokens
+    assert [r.headers.get("x-blink-cache") for r in stopped] == ["bypass", "bypass"]  # a replay cannot name the stop
 
 
 def test_stream_events_and_text(url: str, secret: str) -> None:
