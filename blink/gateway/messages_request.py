@@ -17,10 +17,11 @@ is a 400 naming the field rather than dropped.
 
 from __future__ import annotations
 
-import json
 import time
 from random import getrandbits
 from typing import Any
+
+import orjson
 
 from blink.backends.base import GenerationRequest, SamplingOptions
 from blink.protocol.errors import InvalidRequestError
@@ -241,8 +242,12 @@ def _tool_use(at: str, block: dict[str, Any]) -> dict[str, Any]:
                                       code="invalid_value")
     if not isinstance(block.get("input"), dict):
         raise InvalidRequestError(f"'{at}.input' must be an object.", param=f"{at}.input", code="invalid_type")
-    return {"id": block["id"], "type": "function",
-            "function": {"name": block["name"], "arguments": json.dumps(block["input"], ensure_ascii=False)}}
+    try:
+        arguments = orjson.dumps(block["input"]).decode()
+    except orjson.JSONEncodeError:  # nested deeper than any tool's arguments are (orjson's limit: 255)
+        raise InvalidRequestError(f"'{at}.input' is nested too deeply.", param=f"{at}.input",
+                                  code="invalid_value") from None
+    return {"id": block["id"], "type": "function", "function": {"name": block["name"], "arguments": arguments}}
 
 
 def _tool_result(at: str, block: dict[str, Any], open_calls: set[str]) -> dict[str, Any]:
@@ -289,6 +294,11 @@ def _tool(i: int, tool: Any) -> dict[str, Any]:
     if not isinstance(schema, dict) or schema.get("type") != "object":
         raise InvalidRequestError(f"'{at}.input_schema' must be a JSON schema with \"type\": \"object\".",
                                   param=f"{at}.input_schema", code="invalid_value")
+    try:
+        orjson.dumps(schema)
+    except orjson.JSONEncodeError:  # the grammar compiler and templates recurse through it
+        raise InvalidRequestError(f"'{at}.input_schema' is nested too deeply.", param=f"{at}.input_schema",
+                                  code="invalid_value") from None
     fn: dict[str, Any] = {"name": name, "parameters": schema}
     if tool.get("description") is not None:
         fn["description"] = tool["description"]

@@ -12,7 +12,6 @@ after the first event ends the stream with Anthropic's ``error`` event, never a 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -158,8 +157,8 @@ def _arguments(text: str) -> Any:
     if not text.strip():
         return {}
     try:
-        return json.loads(text)
-    except ValueError:  # a call cut short: the client still sees what was written
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:  # cut short or nested too deep: the client still sees what was written
         return {"_raw_arguments": text}
 
 

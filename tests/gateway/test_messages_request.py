@@ -10,6 +10,10 @@ from blink.gateway.messages_request import messages_request
 from blink.protocol.errors import InvalidRequestError
 from blink.protocol.messages import MessagesRequest
 
+# Deeper than any tool's arguments, within what the JSON parser accepts (orjson: 1024 levels).
+DEEP: list[Any] = []
+for _ in range(1000):
+    DEEP = [DEEP]
 TOOL = {"name": "f", "input_schema": {"type": "object", "properties": {}}}
 
 
@@ -62,6 +66,10 @@ def test_tool_choice_modes(choice: dict[str, Any], mapped: str) -> None:
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]}]},
      "messages[0].content[0].type"),
     ({"tools": [{"name": "f", "input_schema": {"type": "string"}}]}, "tools[0].input_schema"),
+    ({"tools": [{"name": "f", "input_schema": {"type": "object", "properties": {"x": DEEP}}}]}, "tools[0].input_schema"),
+    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "a", "name": "f", "input": {"x": DEEP}}]}, {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "a", "content": "ok"}]}]}, "messages[1].content[0].input"),
     ({"tool_choice": {"type": "any"}}, "tool_choice"),
     ({"tool_choice": {"type": "sometimes"}, "tools": [TOOL]}, "tool_choice.type"),
 ])

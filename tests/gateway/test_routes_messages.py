@@ -212,7 +212,7 @@ def test_translated_chat_body_reaches_the_upstream(url: str, secret: str, fake: 
     sent = fake.requests[-1]
     assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool", "user"]
     assert sent["messages"][2]["tool_calls"][0]["function"] == {"name": "forecast",
-                                                               "arguments": '{"unit": "celsius", "hourly": false}'}
+                                                               "arguments": '{"unit":"celsius","hourly":false}'}
     assert sent["messages"][3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "12 C"}
     assert sent["tools"][0]["function"]["parameters"] == FORECAST["input_schema"]
     assert sent["tool_choice"] == "auto" and sent["parallel_tool_calls"] is False
