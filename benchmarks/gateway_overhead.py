@@ -17,7 +17,7 @@ counted. Concurrency 64 runs one path after another. At concurrency 1, ``blink``
 is that process's CPU over both paths' requests.
 
     apt-get install -y --no-install-recommends nginx   # once (Debian package)
-    python benchmarks/gateway_overhead.py [--requests 400] [--requests-c64 2000] [--before DIR]
+    python benchmarks/gateway_overhead.py [--requests 400] [--requests-c64 2000] [--before DIR] [--quick]
 
 ``--before DIR`` (a checkout of an earlier commit, e.g. ``git worktree add /tmp/before SHA``)
 adds that checkout's gateway as one more path, pinned to the same core and measured in the same
@@ -25,6 +25,10 @@ run, and prints this checkout's figures as ratios of it.
 
 Anchors from the issue (measured elsewhere): LiteLLM +15 ms TTFT p50, 37.5 CPU-s / 1k requests;
 nginx +0.2 ms, 0.10 CPU-s / 1k. Goals: +0.5 ms p50, +2 ms p99, <= 1.5 CPU-s / 1k, >= 600 req/s.
+
+``blink-msg`` is Anthropic's ``/v1/messages`` on the same gateway and upstream model as ``blink-nr``
+(the same body: its fields are valid in both APIs), translated to the upstream's chat completions;
+the last line prints what it adds over chat (issue #28's goal: within +0.1 ms p50).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ import aiohttp
 import orjson
 import yaml
 from _proc import cpu_seconds, free_port, pct, pinned, split_cores, stop, wait_ready
+
+from blink.engine.cpu_features import read_cpu_features
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST_TOKEN = b'" t0"'
@@ -198,7 +204,10 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=400, help="requests at concurrency 1, per path")
     ap.add_argument("--requests-c64", type=int, default=2000, help="requests at concurrency 64, per path")
     ap.add_argument("--before", type=Path, help="a checkout of an earlier commit: its gateway is one more path")
+    ap.add_argument("--quick", action="store_true", help="a short run that proves the script works (no figures)")
     args = ap.parse_args()
+    if args.quick:
+        args.requests, args.requests_c64 = 44, 200
     if shutil.which("nginx") is None:
         sys.exit("nginx is not installed: apt-get install -y --no-install-recommends nginx")
     proxy_core, other_cores = split_cores()
@@ -232,10 +241,11 @@ def main() -> None:
         if before is not None:
             wait_ready(f"http://127.0.0.1:{before_port}/health", before)
         print(f"cores: proxies {proxy_core or 'any'}; upstream + load generator {other_cores or 'any'}")
+        print(f"cpu: {read_cpu_features().describe()}")
         # "blink" asks for the routed model; "blink-nr" for the upstream model itself (same auth, rate
         # limit, cache; no router/breaker): the difference is what routing and resilience cost.
         paths = {"direct": (up_port, None), "nginx": (nginx_port, nginx.pid), "blink-nr": (blink_port, blink.pid),
-                 "blink": (blink_port, blink.pid)}  # fmt: skip
+                 "blink": (blink_port, blink.pid), "blink-msg": (blink_port, blink.pid)}  # fmt: skip
         if before is not None:
             paths["before"] = (before_port, before.pid)
         rows: dict[str, dict[str, float]] = {name: {} for name in paths}
@@ -243,6 +253,7 @@ def main() -> None:
         url = "http://127.0.0.1:{}/v1/chat/completions".format
         # "blink"/"before" ask for the routed model; the fake upstream ignores the model.
         targets = {name: (url(port), "auto" if name in ("blink", "before") else "fake") for name, (port, _) in paths.items()}
+        targets["blink-msg"] = (f"http://127.0.0.1:{blink_port}/v1/messages", "fake")
         pids = {pid for _, pid in paths.values() if pid}
         cpu0 = {pid: cpu_seconds(pid) for pid in pids}
         ttfts, errors = asyncio.run(drive_interleaved(targets, key, args.requests, counter))
@@ -277,6 +288,10 @@ def main() -> None:
         print(f"blink vs LiteLLM anchors: added TTFT p50 {blink_added:.2f} vs {LITELLM_ADDED_P50_MS} ms; "
               f"CPU-s/1k {b['cpu_64']:.2f} vs {LITELLM_CPU_S_PER_1K} ({LITELLM_CPU_S_PER_1K / b['cpu_64']:.1f}x less); "
               f"one-core capacity ~{1000 / b['cpu_64']:.0f} streamed req/s from CPU-s/1k")
+        m, c = rows["blink-msg"], rows["blink-nr"]
+        print(f"messages vs chat (same gateway, same upstream model): added TTFT p50 {m['p50_1'] - c['p50_1']:+.2f} ms "
+              f"(goal: within +0.1), p99 {m['p99_1'] - c['p99_1']:+.2f} ms; CPU-s/1k (c64) {m['cpu_64']:.2f} vs "
+              f"{c['cpu_64']:.2f}; c64 req/s {m['rps_64']:.0f} vs {c['rps_64']:.0f}")
         if before is not None:
             o = rows["before"]
             print(f"blink now vs before ({args.before}): added TTFT p50 {blink_added:.2f} vs "

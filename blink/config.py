@@ -181,6 +181,9 @@ class ModelSettings(BaseModel):
     # openai_http: drop the least informative words of long context before it is sent, scored by
     # an embedded model (blink/gateway/compression/); None = send every token.
     compression: CompressionSettings | None = None
+    # openai_http: APIs besides OpenAI's the upstream serves itself ("messages": Anthropic's
+    # /v1/messages, as vLLM and LiteLLM do); their requests pass through instead of being translated.
+    native_apis: list[Literal["messages"]] = Field(default_factory=list)
     # openai_http: more replicas (static or DNS) and health checks; vllm: the local process.
     discovery: DiscoverySettings = DiscoverySettings()
     vllm: VllmSettings = VllmSettings()

@@ -91,6 +91,11 @@ class GenerationRequest:
     # Prompt tokens (the scorer's count) that prompt compression removed before the upstream call:
     # reported as ``x-blink-compressed-tokens`` and counted as a saving by cost accounting.
     compressed_tokens: int = 0
+    # The API the client spoke when it was not OpenAI's (``"messages"``: Anthropic's) and its body as
+    # sent: an upstream configured to serve that API natively gets it unchanged; every other
+    # backend reads the chat translation in ``messages`` / ``raw``.
+    native_api: str | None = None
+    native_body: dict[str, Any] | None = None
 
     @property
     def num_choices(self) -> int:
@@ -140,6 +145,9 @@ class Delta:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
     finish_reason: str | None = None
+    # With ``finish_reason`` "stop": the stop string that ended the choice (vLLM's ``stop_reason``),
+    # None when the model ended it itself. Anthropic's ``stop_sequence`` reports it.
+    stop_reason: str | None = None
     # Set on the last delta of the whole request (after every choice finished).
     usage: Usage | None = None
     # OpenAI-shaped tool-call fragments: passed through from upstreams, or parsed from the embedded
@@ -230,3 +238,11 @@ class Supervised(Protocol):
     """
 
     def live(self) -> bool: ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A backend that can count a request's prompt tokens without generating (Anthropic's
+    ``count_tokens``): the embedded engine, which holds the tokenizer and chat template."""
+
+    async def count_tokens(self, req: GenerationRequest) -> int: ...

@@ -207,6 +207,12 @@ class EmbeddedBackend:
             structured=None if o.structured is None else (o.structured.kind, o.structured.spec),
         )
 
+    async def count_tokens(self, req: GenerationRequest) -> int:
+        """The prompt's token count as ``stream`` would encode it (template, tools), generating nothing."""
+        await self.supervisor.wait_running()
+        setup = prepare_tools(req, self.tool_parser)
+        return len(await self._prompt_encoder().encode(req, setup.chat))
+
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         await self.supervisor.wait_running()  # mid-restart: wait (bounded) rather than fail
         refuse_unsupported(req)
@@ -258,6 +264,8 @@ class EmbeddedBackend:
                 delta = Delta(index=index, text=out.text, token_ids=out.new_token_ids,
                               logprobs=self._logprobs(out) if out.logprobs else None,
                               finish_reason=out.finish_reason if out.finished else None)
+                if out.finished and isinstance(out.stop_reason, str):
+                    delta.stop_reason = out.stop_reason
                 prefix.apply(delta, out)
                 tokens += len(delta.token_ids)
                 if out.finished:

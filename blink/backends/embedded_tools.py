@@ -125,6 +125,7 @@ class ToolCallStream:
         last.more = d.more
         last.usage = d.usage
         last.finish_reason = d.finish_reason
+        last.stop_reason = d.stop_reason
         if d.finish_reason == "stop" and self._emitted[d.index]:
             last.finish_reason = self._finish
         return out

@@ -31,7 +31,8 @@ def deltas_from_chunk(obj: dict[str, Any], kind: str) -> list[Delta]:
         if text or finish or logprobs or tool_calls or token_ids or prompt_ids:
             out.append(
                 Delta(index=index, text=text, logprobs=logprobs, finish_reason=finish, tool_calls=tool_calls,
-                      token_ids=list(token_ids), prompt_token_ids=list(prompt_ids) if prompt_ids else None)
+                      token_ids=list(token_ids), prompt_token_ids=list(prompt_ids) if prompt_ids else None,
+                      stop_reason=_stop_string(choice.get("stop_reason")))
             )
     usage = obj.get("usage")
     if usage:
@@ -91,3 +92,8 @@ def _completion_logprobs(lp: dict[str, Any] | None) -> list[TokenLogprob] | None
         TokenLogprob(token=tok, logprob=val, top=list((top or {}).items()))
         for tok, val, top in zip(lp["tokens"], lp.get("token_logprobs") or (), tops, strict=False)
     ]
+
+
+def _stop_string(value: Any) -> str | None:
+    """vLLM's ``stop_reason``: the stop string that ended a choice (a token id or None otherwise)."""
+    return value if isinstance(value, str) else None

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from http import HTTPStatus
 from typing import Any
 
 import orjson
 
+from blink.backends.anthropic_stream import AnthropicStreamDecoder, deltas_from_message
 from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
 from blink.backends.http1 import Http1ConnectError, Http1Error, Http1Pool, Http1Response
 from blink.backends.openai_chunks import deltas_from_chunk
@@ -57,6 +58,7 @@ class OpenAIHTTPBackend:
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 300.0,
         max_connections: int = 256,
+        native_apis: Collection[str] = (),
     ) -> None:
         self.name = name
         self.base_url = base_url.rstrip("/")
@@ -66,6 +68,10 @@ class OpenAIHTTPBackend:
         auth = f"authorization: Bearer {api_key}\r\n".encode("latin-1") if api_key else b""
         self._get_headers = b"accept: application/json\r\n" + auth
         self._post_headers = b"content-type: application/json\r\naccept: text/event-stream\r\n" + auth
+        # APIs the upstream serves itself (``"messages"``): those requests pass through untranslated.
+        self.native_apis = frozenset(native_apis)
+        anthropic_key = f"x-api-key: {api_key}\r\n".encode("latin-1") if api_key else b""
+        self._native_headers = self._post_headers + anthropic_key + b"anthropic-version: 2023-06-01\r\n"
         self._connect_timeout_s = connect_timeout_s
         # Bounds the gap between two reads (a stall), not the whole stream.
         self._read_timeout_s = read_timeout_s
@@ -106,22 +112,30 @@ class OpenAIHTTPBackend:
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         _refuse_unrelayed(req)
         client = self._ensure_client()
-        path = "/chat/completions" if req.kind == "chat" else "/completions"
-        body = orjson.dumps(self._upstream_body(req))
+        native = self._native(req)
+        if native is not None:
+            path, headers, body = "/messages", self._native_headers, orjson.dumps(native)
+        else:
+            path = "/chat/completions" if req.kind == "chat" else "/completions"
+            headers, body = self._post_headers, orjson.dumps(self._upstream_body(req))
         t0 = time.perf_counter()
         self._running += 1
         resp: Http1Response | None = None
         try:
-            resp = await client.request("POST", path, self._post_headers, body)
+            resp = await client.request("POST", path, headers, body)
             if resp.status >= 400:
                 raise await _error_from_response(resp, self.name)
             if resp.headers.get("content-type", "").startswith("application/json"):
                 # The upstream ignored stream=true: one whole response.
-                for delta in deltas_from_chunk(orjson.loads(await resp.read()), req.kind):
+                whole = orjson.loads(await resp.read())
+                for delta in (deltas_from_message(whole, self.name) if native is not None
+                              else deltas_from_chunk(whole, req.kind)):
                     yield delta
                 return
             # The read loop is here, not in a generator of its own: one resume per token less.
-            decoder = StreamDecoder(self.name, req.kind, _error_from_body)
+            decoder: StreamDecoder | AnthropicStreamDecoder = (
+                AnthropicStreamDecoder(self.name) if native is not None
+                else StreamDecoder(self.name, req.kind, _error_from_body))
             chunks = resp.chunks()
             first = True
             async for chunk in chunks:
@@ -151,7 +165,40 @@ class OpenAIHTTPBackend:
             if resp is not None:
                 resp.release()  # back to the pool if the body was read to its end, else closed
 
+    async def count_tokens(self, req: GenerationRequest) -> int:
+        """Anthropic's ``count_tokens``, asked of an upstream that serves the Messages API itself."""
+        native = self._native(req)
+        if native is None:
+            raise InvalidRequestError(
+                f"Token counting is not available for the model '{req.model}': its upstream is not configured "
+                "to serve the Messages API ('native_apis').", param="model", code="unsupported_parameter")
+        native.pop("stream", None)
+        resp: Http1Response | None = None
+        try:
+            resp = await self._ensure_client().request("POST", "/messages/count_tokens", self._native_headers,
+                                                       orjson.dumps(native))
+            if resp.status >= 400:
+                raise await _error_from_response(resp, self.name)
+            obj = orjson.loads(await resp.read(_MAX_ERROR_BODY))
+        except Http1ConnectError as exc:
+            raise BackendUnavailableError(f"upstream '{self.name}' is unreachable: {exc}") from exc
+        except (TimeoutError, Http1Error, orjson.JSONDecodeError) as exc:
+            raise UpstreamError(f"upstream '{self.name}' failed to count tokens: {exc}") from exc
+        finally:
+            if resp is not None:
+                resp.release()
+        count = obj.get("input_tokens") if isinstance(obj, dict) else None
+        if not isinstance(count, int):
+            raise UpstreamError(f"upstream '{self.name}' sent no 'input_tokens' count")
+        return count
+
     # -- internals ----------------------------------------------------------------------------
+
+    def _native(self, req: GenerationRequest) -> dict[str, Any] | None:
+        """The body to pass through when the upstream serves the request's own API; else None."""
+        if req.native_api is None or req.native_api not in self.native_apis or req.native_body is None:
+            return None
+        return {**req.native_body, "model": self.upstream_model or req.model, "stream": True}
 
     def _ensure_client(self) -> Http1Pool:
         if self._client is None:

@@ -16,6 +16,7 @@ from blink.gateway.errors import install_error_handlers
 from blink.gateway.fast_path import GatewayApp, GenerationFastPath, generation_handlers
 from blink.gateway.front import GatewayFront
 from blink.gateway.limits import BodyLimitMiddleware, ConcurrencyLimitMiddleware
+from blink.gateway.messages_errors import AnthropicErrorMiddleware
 from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.routes import build_router
 from blink.gateway.sequence_quota import SequenceQuota
@@ -107,6 +108,8 @@ def create_app(
         app.state.dashboard_feed = build_dashboard_feed(obs, server_settings.dashboard_max_viewers)
         access = DashboardAccess(key_store) if key_store is not None else None
         app.include_router(build_dashboard_router(app.state.dashboard_feed, access))
+    # Anthropic-shaped errors on the Messages routes, whichever layer inside refused the request.
+    app.add_middleware(AnthropicErrorMiddleware)
     # Outermost: times every generation request as the client sees it, rejections included.
     app.add_middleware(ObservabilityMiddleware, obs=obs)
     return app

@@ -247,7 +247,7 @@ class AuthMiddleware:
         err: BlinkError
         if secret is None:
             err = AuthenticationError(
-                "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.", code="missing_api_key"
+                "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY' (or 'x-api-key: YOUR_KEY').", code="missing_api_key"
             )
         else:
             key = None

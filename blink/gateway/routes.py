@@ -20,6 +20,7 @@ from blink.gateway.generation_response import GenerationResponse
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.gateway.request_mapping import apply_routing_headers, chat_request, completion_request
 from blink.gateway.request_parsing import parse_json_object, require_json, validate
+from blink.gateway.routes_messages import add_messages_routes
 from blink.obs import annotate, lap
 from blink.obs.metrics import GatewayMetrics
 from blink.protocol.chat import ChatCompletionRequest
@@ -93,6 +94,8 @@ def build_router(
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await generate(request, CompletionRequest, completion_request)
+
+    add_messages_routes(router, registry, settings, metrics, pipeline)  # Anthropic's Messages API
 
     def model_object(card: ModelCard) -> dict[str, object]:
         return {"id": card.id, "object": "model", "created": started, "owned_by": card.owned_by,

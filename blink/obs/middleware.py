@@ -13,8 +13,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from blink.obs.observer import Observability
 from blink.obs.stages import bind, unbind
 
-# Route label by path: the OpenAI endpoints Blink serves.
-ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+# Route label by path: the generation endpoints Blink serves.
+ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/messages": "messages"}
 # nginx's code for "the client closed the connection before the response was complete".
 CLIENT_CLOSED = 499
 
