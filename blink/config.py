@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 from blink.backends.tool_parsers import ToolParserSetting
 from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
+from blink.responses_config import ResponsesSettings
 from blink.routing_config import RouteSettings, check_routes
 from blink.safety_config import ModelServerSettings, SafetySettings
 from blink.scaleout_config import DiscoverySettings, VllmSettings
@@ -320,6 +321,8 @@ class Settings(BaseSettings):
     model_server: ModelServerSettings = ModelServerSettings()
     safety: SafetySettings = SafetySettings()
     batch: BatchSettings = BatchSettings()
+    # /v1/responses and its stored responses (blink/responses_config.py).
+    responses: ResponsesSettings = ResponsesSettings()
     cost: CostSettings = CostSettings()
     # The /v1/voice WebSocket (blink/voice_config.py); off unless enabled.
     voice: VoiceSettings = VoiceSettings()

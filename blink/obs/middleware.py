@@ -14,7 +14,7 @@ from blink.obs.observer import Observability
 from blink.obs.stages import bind, unbind
 
 # Route label by path: the OpenAI endpoints Blink serves.
-ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses"}
 # nginx's code for "the client closed the connection before the response was complete".
 CLIENT_CLOSED = 499
 
