@@ -25,7 +25,7 @@ class ResponsesStreamOptions(StrictModel):
 
 class ResponsesRequest(StrictModel):
     model: str | None = None
-    input: str | list[dict[str, Any]] | None = None
+    input: str | list[Any] | None = None
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None

@@ -33,7 +33,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{getrandbits(192):048x}"
 
 
-def normalize_input(value: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def normalize_input(value: str | list[Any] | None) -> list[dict[str, Any]]:
     """The request's ``input`` as checked items with ids; 400 naming the path on bad input."""
     if value is None:
         raise InvalidRequestError("'input' is required.", param="input", code="missing_required_parameter")

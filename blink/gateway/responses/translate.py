@@ -80,6 +80,9 @@ def translate(body: ResponsesRequest, model: str, history: list[dict[str, Any]],
         chat["tools"] = [_tool(i, t) for i, t in enumerate(body.tools)]
     if body.tool_choice is not None:
         chat["tool_choice"] = _tool_choice(body.tool_choice)
+        if not body.tools and body.tool_choice not in ("none", "auto"):
+            raise InvalidRequestError("'tool_choice' requires 'tools' to be specified.", param="tool_choice",
+                                      code="invalid_value")
     response_format = _text_format(body.text)
     if response_format is not None:
         chat["response_format"] = response_format
