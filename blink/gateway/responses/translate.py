@@ -84,7 +84,12 @@ def translate(body: ResponsesRequest, model: str, history: list[dict[str, Any]],
             raise InvalidRequestError("'tool_choice' requires 'tools' to be specified.", param="tool_choice",
                                       code="invalid_value")
     response_format = _text_format(body.text)
-    if response_format is not None:
+    # ``text.format`` shapes the response's text; a forced call (required / a named function) makes
+    # the whole output a call, so this turn has no text to shape and the grammar is the call's (an
+    # agent keeps one format for every turn: its final answer's). Chat refuses the pair; here it is
+    # the format of the turn that answers.
+    forced = body.tool_choice not in (None, "none", "auto") and bool(body.tools)
+    if response_format is not None and not forced:
         chat["response_format"] = response_format
     req = chat_request(validate(ChatCompletionRequest, chat), chat, model, max_tokens_limit, timeout_s)
     req.request_id = new_id("resp")
