@@ -85,6 +85,9 @@ class GenerationRequest:
     latency_budget_ms: float | None = None
     priority: str | None = None
     tier: str | None = None
+    # The request as a Responses API body (``POST /v1/responses``, the conversation inline), for an
+    # ``openai_http`` upstream that serves that API natively; None for chat and completions.
+    responses_body: dict[str, Any] | None = None
     # The prompt's sentence embedding (a 1-D numpy array) when the semantic cache computed one:
     # the routing classifier reuses it instead of embedding the prompt again.
     embedding: Any = None

@@ -23,6 +23,7 @@ import orjson
 from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
 from blink.backends.http1 import Http1ConnectError, Http1Error, Http1Pool, Http1Response
 from blink.backends.openai_chunks import deltas_from_chunk
+from blink.backends.responses_events import ResponsesEventDecoder, deltas_from_response
 from blink.backends.stream_decoder import StreamDecoder
 from blink.protocol.errors import (
     BackendTimeoutError,
@@ -57,8 +58,11 @@ class OpenAIHTTPBackend:
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 300.0,
         max_connections: int = 256,
+        native_responses: bool = False,
     ) -> None:
         self.name = name
+        # The upstream serves POST /v1/responses: Responses requests go to it in that form.
+        self.native_responses = native_responses
         self.base_url = base_url.rstrip("/")
         self.upstream_model = upstream_model
         if api_key is None and api_key_env:
@@ -106,8 +110,9 @@ class OpenAIHTTPBackend:
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         _refuse_unrelayed(req)
         client = self._ensure_client()
-        path = "/chat/completions" if req.kind == "chat" else "/completions"
-        body = orjson.dumps(self._upstream_body(req))
+        native = self.native_responses and req.responses_body is not None
+        path = "/responses" if native else "/chat/completions" if req.kind == "chat" else "/completions"
+        body = orjson.dumps(self._native_body(req) if native else self._upstream_body(req))
         t0 = time.perf_counter()
         self._running += 1
         resp: Http1Response | None = None
@@ -117,11 +122,13 @@ class OpenAIHTTPBackend:
                 raise await _error_from_response(resp, self.name)
             if resp.headers.get("content-type", "").startswith("application/json"):
                 # The upstream ignored stream=true: one whole response.
-                for delta in deltas_from_chunk(orjson.loads(await resp.read()), req.kind):
+                whole = orjson.loads(await resp.read())
+                for delta in deltas_from_response(whole, self.name) if native else deltas_from_chunk(whole, req.kind):
                     yield delta
                 return
             # The read loop is here, not in a generator of its own: one resume per token less.
-            decoder = StreamDecoder(self.name, req.kind, _error_from_body)
+            decoder: StreamDecoder | ResponsesEventDecoder = (
+                ResponsesEventDecoder(self.name) if native else StreamDecoder(self.name, req.kind, _error_from_body))
             chunks = resp.chunks()
             first = True
             async for chunk in chunks:
@@ -165,6 +172,12 @@ class OpenAIHTTPBackend:
         body["stream"] = True
         # Always ask for usage; the gateway drops it when the client did not.
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        return body
+
+    def _native_body(self, req: GenerationRequest) -> dict[str, Any]:
+        body = dict(req.responses_body or {})
+        body["model"] = self.upstream_model or req.model
+        body["stream"] = True
         return body
 
     def _record_ttft(self, ms: float) -> None:

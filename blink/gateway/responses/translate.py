@@ -93,6 +93,10 @@ def translate(body: ResponsesRequest, model: str, history: list[dict[str, Any]],
         chat["response_format"] = response_format
     req = chat_request(validate(ChatCompletionRequest, chat), chat, model, max_tokens_limit, timeout_s)
     req.request_id = new_id("resp")
+    # For an upstream that serves /v1/responses itself: the conversation inline (this gateway keeps
+    # the state, so the upstream stores nothing and needs no previous_response_id).
+    req.responses_body = {**body.model_dump(exclude_none=True, exclude={"previous_response_id", "input", "model"}),
+                          "input": history + items, "store": False}
     return Translated(req, items)
 
 
