@@ -21,7 +21,7 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ModelSettings, Settings
+from blink.config import AuthSettings, CacheSettings, ExactCacheSettings, ModelSettings, Settings
 from blink.gateway.auth import SCOPE_ADMIN, ApiKeyStore
 from blink.gateway.responses.items import MAX_INPUT_ITEMS
 from blink.responses_config import ResponsesSettings
@@ -280,3 +280,23 @@ def test_metrics_label_the_api(keys: Keys) -> None:
     _create(keys.owner, input="x", user="tokens=1")
     text = httpx.get(f"{keys.url}/metrics").text
     assert 'route="responses"' in text
+
+
+def test_an_exact_cache_hit_is_rendered_as_a_response(upstream: FakeUpstream, tmp_path: Path) -> None:
+    settings = _settings(upstream, tmp_path)
+    settings.cache = CacheSettings(exact=ExactCacheSettings(enabled=True), store="memory")
+    with LiveServer(build_app(settings)) as live:
+        k = _keys(live.url, tmp_path / "keys.db")
+        kw: dict[str, Any] = {"input": "cache me", "temperature": 0, "user": "tokens=3"}
+        first = _create(k.owner, **kw)
+        sent = len(upstream.requests)
+        for _ in range(20):  # the fill is scheduled off the request path
+            raw = k.owner.responses.with_raw_response.create(model="fake", **kw)
+            if raw.headers.get("x-blink-cache") == "exact":
+                break
+        assert raw.headers.get("x-blink-cache") == "exact" and len(upstream.requests) <= sent + 19
+        hit = raw.parse()
+        assert hit.output_text == first.output_text and hit.id != first.id and hit.status == "completed"
+        assert k.owner.responses.retrieve(hit.id).output_text == first.output_text  # a hit is stored too
+        with k.owner.responses.stream(model="fake", **kw) as stream:
+            assert stream.get_final_response().output_text == first.output_text
