@@ -17,7 +17,8 @@ from typing import Literal
 import openai
 import pytest
 from live_server import LiveServer
-from pydantic import BaseModel
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import BaseModel, TypeAdapter
 
 from blink.config import ModelSettings, ServerSettings, Settings
 from blink.responses_config import ResponsesSettings
@@ -26,6 +27,7 @@ from blink.serve import build_app
 pytest.importorskip("blink.engine.structured")
 
 MODEL = "tiny"
+EVENTS: TypeAdapter[ResponseStreamEvent] = TypeAdapter(ResponseStreamEvent)
 # Enum and boolean arguments only: a random model under a grammar ends them in a few tokens.
 FORECAST = {"type": "function", "name": "forecast", "parameters": {
     "type": "object", "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
@@ -93,6 +95,7 @@ def test_parse_with_a_pydantic_text_format_gives_valid_json(client: openai.OpenA
 def test_forced_function_call_and_its_round_trip(client: openai.OpenAI) -> None:
     call = client.responses.create(model=MODEL, input="Weather in Oslo?", tools=[FORECAST],  # type: ignore[list-item]
                                    tool_choice="required", parallel_tool_calls=False, max_output_tokens=200)
+    Response.model_validate(call.model_dump(exclude_unset=True))  # the SDK builds objects unvalidated
     calls = [item for item in call.output if item.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "forecast"
     args = json.loads(calls[0].arguments)
@@ -106,8 +109,11 @@ def test_forced_function_call_and_its_round_trip(client: openai.OpenAI) -> None:
 def test_streamed_forced_call_events(client: openai.OpenAI) -> None:
     with client.responses.stream(model=MODEL, input="Weather?", tools=[FORECAST],  # type: ignore[list-item]
                                  tool_choice={"type": "function", "name": "forecast"}, max_output_tokens=200) as s:
-        kinds = [e.type for e in s]
+        events = list(s)
         final = s.get_final_response()
+    for event in events:  # the SDK builds events unvalidated: check each against its type
+        EVENTS.validate_python(event.model_dump(exclude_unset=True))
+    kinds = [e.type for e in events]
     assert "response.function_call_arguments.delta" in kinds
     assert kinds[-3:] == ["response.function_call_arguments.done", "response.output_item.done", "response.completed"]
     assert final.output[-1].type == "function_call"

@@ -29,7 +29,10 @@ _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"
 
 def usage_object(usage: Usage | None) -> dict[str, Any]:
     u = usage or Usage()
-    return {"input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": u.cached_tokens},
+    # ``cache_write_tokens`` counts OpenAI's billed writes of explicit prompt caching; Blink's prefix
+    # cache is implicit (nothing is billed or reported as a write), so it is 0.
+    return {"input_tokens": u.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": u.cached_tokens, "cache_write_tokens": 0},
             "output_tokens": u.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": u.total_tokens}
 

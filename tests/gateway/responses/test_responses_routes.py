@@ -17,7 +17,8 @@ import openai
 import orjson
 import pytest
 from live_server import LiveServer
-from openai.types.responses import ResponseStreamEvent
+from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses.response_item_list import ResponseItemList
 from pydantic import TypeAdapter
 from upstream_server import FakeUpstream
 
@@ -300,3 +301,21 @@ def test_an_exact_cache_hit_is_rendered_as_a_response(upstream: FakeUpstream, tm
         assert k.owner.responses.retrieve(hit.id).output_text == first.output_text  # a hit is stored too
         with k.owner.responses.stream(model="fake", **kw) as stream:
             assert stream.get_final_response().output_text == first.output_text
+
+
+def test_bodies_and_events_validate_against_the_sdk_types(keys: Keys) -> None:
+    """The SDK builds its objects without validation: validate ours against its types explicitly."""
+    auth = {"authorization": f"Bearer {keys.owner_secret}"}
+    body = {"model": "fake", "input": "x", "user": "tokens=2", "metadata": {"a": "b"}, "tools": [WEATHER],
+            "tool_choice": {"type": "function", "name": "get_weather"}}
+    whole = httpx.post(f"{keys.url}/v1/responses", headers=auth, json=body, timeout=30).json()
+    Response.model_validate(whole)
+    Response.model_validate(httpx.get(f"{keys.url}/v1/responses/{whole['id']}", headers=auth).json())
+    for extra in ({}, {"max_output_tokens": 1}):
+        streamed = httpx.post(f"{keys.url}/v1/responses", headers=auth, json={**body, **extra, "stream": True},
+                              timeout=30)
+        events = [EVENTS.validate_python(orjson.loads(line[6:])) for line in streamed.text.splitlines()
+                  if line.startswith("data: ")]
+        assert events[-1].type == ("response.incomplete" if extra else "response.completed")
+    page = httpx.get(f"{keys.url}/v1/responses/{whole['id']}/input_items", headers=auth).json()
+    ResponseItemList.model_validate(page)
