@@ -178,9 +178,10 @@ class ModelSettings(BaseModel):
     connect_timeout_s: float = Field(5.0, gt=0)
     read_timeout_s: float = Field(300.0, gt=0)
     max_connections: int = Field(256, ge=1)
-    # openai_http: the upstream serves POST /v1/responses itself (OpenAI, vLLM): Responses requests
-    # go to it in that form; otherwise they are translated to its chat completions.
-    native_responses: bool = False
+    # openai_http: APIs besides chat/completions the upstream serves itself ("responses": OpenAI's
+    # /v1/responses, as OpenAI and vLLM do); their requests go to it in that form instead of being
+    # translated to its chat completions.
+    native_apis: list[Literal["responses"]] = Field(default_factory=list)
     # openai_http: more replicas (static or DNS) and health checks; vllm: the local process.
     discovery: DiscoverySettings = DiscoverySettings()
     vllm: VllmSettings = VllmSettings()

@@ -60,7 +60,7 @@ def _openai_http(model: ModelSettings, base_url: str | None = None, name: str | 
         connect_timeout_s=model.connect_timeout_s,
         read_timeout_s=model.read_timeout_s,
         max_connections=model.max_connections,
-        native_responses=model.native_responses,
+        native_apis=model.native_apis,
     )
 
 

@@ -85,12 +85,15 @@ class GenerationRequest:
     latency_budget_ms: float | None = None
     priority: str | None = None
     tier: str | None = None
-    # The request as a Responses API body (``POST /v1/responses``, the conversation inline), for an
-    # ``openai_http`` upstream that serves that API natively; None for chat and completions.
-    responses_body: dict[str, Any] | None = None
     # The prompt's sentence embedding (a 1-D numpy array) when the semantic cache computed one:
     # the routing classifier reuses it instead of embedding the prompt again.
     embedding: Any = None
+    # The API the client spoke when it was not chat or completions (``"responses"``: OpenAI's
+    # Responses API) and its body for that API: an upstream configured to serve it natively
+    # (``native_apis``) gets that body; every other backend reads the chat translation in
+    # ``messages`` / ``raw``.
+    native_api: str | None = None
+    native_body: dict[str, Any] | None = None
 
     @property
     def num_choices(self) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from http import HTTPStatus
 from typing import Any
 
@@ -58,11 +58,11 @@ class OpenAIHTTPBackend:
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 300.0,
         max_connections: int = 256,
-        native_responses: bool = False,
+        native_apis: Collection[str] = (),
     ) -> None:
         self.name = name
-        # The upstream serves POST /v1/responses: Responses requests go to it in that form.
-        self.native_responses = native_responses
+        # APIs the upstream serves itself (``"responses"``): those requests go to it in that form.
+        self.native_apis = frozenset(native_apis)
         self.base_url = base_url.rstrip("/")
         self.upstream_model = upstream_model
         if api_key is None and api_key_env:
@@ -110,9 +110,12 @@ class OpenAIHTTPBackend:
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         _refuse_unrelayed(req)
         client = self._ensure_client()
-        native = self.native_responses and req.responses_body is not None
-        path = "/responses" if native else "/chat/completions" if req.kind == "chat" else "/completions"
-        body = orjson.dumps(self._native_body(req) if native else self._upstream_body(req))
+        native = self._native(req)
+        if native is not None:
+            path, body = "/responses", orjson.dumps(native)
+        else:
+            path = "/chat/completions" if req.kind == "chat" else "/completions"
+            body = orjson.dumps(self._upstream_body(req))
         t0 = time.perf_counter()
         self._running += 1
         resp: Http1Response | None = None
@@ -123,12 +126,14 @@ class OpenAIHTTPBackend:
             if resp.headers.get("content-type", "").startswith("application/json"):
                 # The upstream ignored stream=true: one whole response.
                 whole = orjson.loads(await resp.read())
-                for delta in deltas_from_response(whole, self.name) if native else deltas_from_chunk(whole, req.kind):
+                for delta in (deltas_from_response(whole, self.name) if native is not None
+                              else deltas_from_chunk(whole, req.kind)):
                     yield delta
                 return
             # The read loop is here, not in a generator of its own: one resume per token less.
             decoder: StreamDecoder | ResponsesEventDecoder = (
-                ResponsesEventDecoder(self.name) if native else StreamDecoder(self.name, req.kind, _error_from_body))
+                ResponsesEventDecoder(self.name) if native is not None
+                else StreamDecoder(self.name, req.kind, _error_from_body))
             chunks = resp.chunks()
             first = True
             async for chunk in chunks:
@@ -174,11 +179,11 @@ class OpenAIHTTPBackend:
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         return body
 
-    def _native_body(self, req: GenerationRequest) -> dict[str, Any]:
-        body = dict(req.responses_body or {})
-        body["model"] = self.upstream_model or req.model
-        body["stream"] = True
-        return body
+    def _native(self, req: GenerationRequest) -> dict[str, Any] | None:
+        """The body to send as is when the upstream serves the request's own API; else None."""
+        if req.native_api is None or req.native_api not in self.native_apis or req.native_body is None:
+            return None
+        return {**req.native_body, "model": self.upstream_model or req.model, "stream": True}
 
     def _record_ttft(self, ms: float) -> None:
         prev = self._ttft_ewma

@@ -1,7 +1,7 @@
 """An upstream's Responses API stream (``POST /v1/responses``) -> ``Delta``s.
 
 For an ``openai_http`` upstream configured to serve the Responses API natively, the request goes
-to it in that form (``GenerationRequest.responses_body``) and its events come back as the same
+to it in that form (``GenerationRequest.native_body``) and its events come back as the same
 deltas a chat stream gives: text deltas, tool-call fragments (a ``function_call`` item is one
 call, its argument deltas its fragments), and at the end the finish reason and usage. The gateway
 then renders them as it renders every answer, so cache, metrics and the stored conversation are

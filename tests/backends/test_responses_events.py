@@ -1,4 +1,4 @@
-"""An ``openai_http`` upstream that serves ``/v1/responses`` natively (``native_responses``).
+"""An ``openai_http`` upstream that serves ``/v1/responses`` natively (``native_apis: [responses]``).
 
 The upstream here is another Blink gateway (which serves the Responses API) in front of the fake
 chat upstream: the front gateway must send it Responses requests (conversation inline, nothing
@@ -48,7 +48,7 @@ def gateways(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -
     with LiveServer(build_app(inner)) as inner_live:
         front = Settings(
             models=[ModelSettings(name="front", kind="openai_http", base_url=f"{inner_live.url}/v1",
-                                  upstream_model="fake", native_responses=True)],
+                                  upstream_model="fake", native_apis=["responses"])],
             responses=ResponsesSettings(path=str(tmp / "front.db")))
         with LiveServer(build_app(front)) as front_live:
             yield front_live.url, inner_live.url

@@ -95,7 +95,8 @@ def translate(body: ResponsesRequest, model: str, history: list[dict[str, Any]],
     req.request_id = new_id("resp")
     # For an upstream that serves /v1/responses itself: the conversation inline (this gateway keeps
     # the state, so the upstream stores nothing and needs no previous_response_id).
-    req.responses_body = {**body.model_dump(exclude_none=True, exclude={"previous_response_id", "input", "model"}),
+    req.native_api = "responses"
+    req.native_body = {**body.model_dump(exclude_none=True, exclude={"previous_response_id", "input", "model"}),
                           "input": history + items, "store": False}
     return Translated(req, items)
 
