@@ -19,6 +19,9 @@ is that process's CPU over both paths' requests.
     apt-get install -y --no-install-recommends nginx   # once (Debian package)
     python benchmarks/gateway_overhead.py [--requests 400] [--requests-c64 2000] [--before DIR] [--quick]
 
+The ``blink-rs`` path sends ``blink-nr``'s request through ``POST /v1/responses`` (stored, as by
+default), so its ``+p50`` minus ``blink-nr``'s is what the Responses API adds over chat completions.
+
 ``--before DIR`` (a checkout of an earlier commit, e.g. ``git worktree add /tmp/before SHA``)
 adds that checkout's gateway as one more path, pinned to the same core and measured in the same
 run, and prints this checkout's figures as ratios of it.
@@ -103,9 +106,12 @@ async def one(client: aiohttp.ClientSession, url: str, body: dict[str, object], 
     return ttft * 1000
 
 
-def make_body(model: str, counter: Iterator[int]) -> dict[str, object]:
+def make_body(model: str, counter: Iterator[int], url: str = "") -> dict[str, object]:
     # A new prompt every time: the exact cache misses (and fills) on every request.
     n = next(counter)
+    if url.endswith("/v1/responses"):  # the same request in the Responses API (stored, as by default)
+        return {"model": model, "input": f"hi {os.getpid()} {n}", "stream": True, "temperature": 0,
+                "max_output_tokens": 32}
     return {"model": model, "messages": [{"role": "user", "content": f"hi {os.getpid()} {n}"}],
             "stream": True, "temperature": 0, "max_tokens": 32}  # fmt: skip
 
@@ -125,14 +131,14 @@ async def drive_interleaved(
     try:
         for _ in range(min(20, requests)):  # warm-up: connections, caches
             for n in names:
-                await one(clients[n], targets[n][0], make_body(targets[n][1], counter), headers)
+                await one(clients[n], targets[n][0], make_body(targets[n][1], counter, targets[n][0]), headers)
         per_block = BLOCK - BLOCK_WARM
         for i in range(-(-requests // per_block)):
             for n in names if i % 2 == 0 else reversed(names):
                 url, model = targets[n]
                 for k in range(BLOCK_WARM + min(per_block, requests - i * per_block)):
                     try:
-                        ttft = await one(clients[n], url, make_body(model, counter), headers)
+                        ttft = await one(clients[n], url, make_body(model, counter, url), headers)
                     except (aiohttp.ClientError, TimeoutError, RuntimeError) as exc:
                         errors[n] += 1
                         if errors[n] == 1:
@@ -156,7 +162,7 @@ async def drive(
     headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
 
     def body() -> dict[str, object]:
-        return make_body(model, counter)
+        return make_body(model, counter, url)
 
     ttfts: list[float] = []
     errors = 0
@@ -193,6 +199,7 @@ def blink_config(tmp: Path, up_port: int, port: int) -> Path:
         # Far above what this run sends: the limiter is on the path but never says no.
         "ratelimit": {"requests_per_minute": 100_000_000},
         "cache": {"exact": {"enabled": True}, "store": "sqlite", "path": str(tmp / "cache.db")},
+        "responses": {"path": str(tmp / "responses.db")},
     }  # fmt: skip
     path = tmp / "blink.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -241,11 +248,13 @@ def main() -> None:
         if before is not None:
             wait_ready(f"http://127.0.0.1:{before_port}/health", before)
         print(f"cores: proxies {proxy_core or 'any'}; upstream + load generator {other_cores or 'any'}")
-        print(f"cpu: {read_cpu_features().describe()}")
+        print(f"CPU: {read_cpu_features().describe()}")
         # "blink" asks for the routed model; "blink-nr" for the upstream model itself (same auth, rate
         # limit, cache; no router/breaker): the difference is what routing and resilience cost.
+        # "blink-rs": blink-nr's request through POST /v1/responses (translated to the same chat upstream call).
         paths = {"direct": (up_port, None), "nginx": (nginx_port, nginx.pid), "blink-nr": (blink_port, blink.pid),
-                 "blink": (blink_port, blink.pid), "blink-msg": (blink_port, blink.pid)}  # fmt: skip
+                 "blink": (blink_port, blink.pid), "blink-msg": (blink_port, blink.pid),
+                 "blink-rs": (blink_port, blink.pid)}  # fmt: skip
         if before is not None:
             paths["before"] = (before_port, before.pid)
         rows: dict[str, dict[str, float]] = {name: {} for name in paths}
@@ -254,6 +263,7 @@ def main() -> None:
         # "blink"/"before" ask for the routed model; the fake upstream ignores the model.
         targets = {name: (url(port), "auto" if name in ("blink", "before") else "fake") for name, (port, _) in paths.items()}
         targets["blink-msg"] = (f"http://127.0.0.1:{blink_port}/v1/messages", "fake")
+        targets["blink-rs"] = (f"http://127.0.0.1:{blink_port}/v1/responses", "fake")
         pids = {pid for _, pid in paths.values() if pid}
         cpu0 = {pid: cpu_seconds(pid) for pid in pids}
         ttfts, errors = asyncio.run(drive_interleaved(targets, key, args.requests, counter))
@@ -292,6 +302,10 @@ def main() -> None:
         print(f"messages vs chat (same gateway, same upstream model): added TTFT p50 {m['p50_1'] - c['p50_1']:+.2f} ms "
               f"(goal: within +0.1), p99 {m['p99_1'] - c['p99_1']:+.2f} ms; CPU-s/1k (c64) {m['cpu_64']:.2f} vs "
               f"{c['cpu_64']:.2f}; c64 req/s {m['rps_64']:.0f} vs {c['rps_64']:.0f}")
+        rs, nr = rows["blink-rs"], rows["blink-nr"]
+        print(f"/v1/responses vs /v1/chat/completions (same upstream, same model): TTFT p50 "
+              f"{rs['p50_1'] - nr['p50_1']:+.2f} ms, p99 {rs['p99_1'] - nr['p99_1']:+.2f} ms (goal: within +0.1 ms p50); "
+              f"c64 CPU-s/1k {rs['cpu_64']:.2f} vs {nr['cpu_64']:.2f}")
         if before is not None:
             o = rows["before"]
             print(f"blink now vs before ({args.before}): added TTFT p50 {blink_added:.2f} vs "

@@ -33,6 +33,7 @@ from pydantic_settings import (
 from blink.backends.tool_parsers import ToolParserSetting
 from blink.compression_config import CompressionSettings
 from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
+from blink.responses_config import ResponsesSettings
 from blink.routing_config import RouteSettings, check_routes
 from blink.safety_config import ModelServerSettings, SafetySettings
 from blink.scaleout_config import DiscoverySettings, VllmSettings
@@ -181,9 +182,10 @@ class ModelSettings(BaseModel):
     # openai_http: drop the least informative words of long context before it is sent, scored by
     # an embedded model (blink/gateway/compression/); None = send every token.
     compression: CompressionSettings | None = None
-    # openai_http: APIs besides OpenAI's the upstream serves itself ("messages": Anthropic's
-    # /v1/messages, as vLLM and LiteLLM do); their requests pass through instead of being translated.
-    native_apis: list[Literal["messages"]] = Field(default_factory=list)
+    # openai_http: APIs besides chat/completions the upstream serves itself ("messages": Anthropic's
+    # /v1/messages, as vLLM and LiteLLM do; "responses": OpenAI's /v1/responses, as OpenAI and vLLM
+    # do); their requests pass through in that form instead of being translated to chat completions.
+    native_apis: list[Literal["messages", "responses"]] = Field(default_factory=list)
     # openai_http: more replicas (static or DNS) and health checks; vllm: the local process.
     discovery: DiscoverySettings = DiscoverySettings()
     vllm: VllmSettings = VllmSettings()
@@ -331,6 +333,8 @@ class Settings(BaseSettings):
     model_server: ModelServerSettings = ModelServerSettings()
     safety: SafetySettings = SafetySettings()
     batch: BatchSettings = BatchSettings()
+    # /v1/responses and its stored responses (blink/responses_config.py).
+    responses: ResponsesSettings = ResponsesSettings()
     cost: CostSettings = CostSettings()
     # The /v1/voice WebSocket (blink/voice_config.py); off unless enabled.
     voice: VoiceSettings = VoiceSettings()

@@ -22,6 +22,7 @@ from blink.gateway.front import GatewayFront
 from blink.gateway.front_builder import build_front_factory, build_key_store
 from blink.gateway.gc_tuning import tune_gc
 from blink.gateway.resilience.metrics import RouterCollector
+from blink.gateway.responses.service import build_responses_service
 from blink.gateway.router.build import build_routed_backend, default_embedder
 from blink.gateway.router.classifier import Embedder
 from blink.gateway.router.routed import RoutedBackend
@@ -141,6 +142,7 @@ def build_services(
             batch_executor = PipelineLineExecutor(registry, settings.server.max_tokens_limit,
                                                   settings.server.request_timeout_s)
         services.append(build_batch_service(settings.batch, batch_executor))
+    services.append(build_responses_service(settings.responses, settings.server))
     return services
 
 

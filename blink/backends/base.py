@@ -91,9 +91,10 @@ class GenerationRequest:
     # Prompt tokens (the scorer's count) that prompt compression removed before the upstream call:
     # reported as ``x-blink-compressed-tokens`` and counted as a saving by cost accounting.
     compressed_tokens: int = 0
-    # The API the client spoke when it was not OpenAI's (``"messages"``: Anthropic's) and its body as
-    # sent: an upstream configured to serve that API natively gets it unchanged; every other
-    # backend reads the chat translation in ``messages`` / ``raw``.
+    # The API the client spoke when it was not chat or completions (``"messages"``: Anthropic's;
+    # ``"responses"``: OpenAI's Responses API) and its body for that API: an upstream configured to
+    # serve it natively (``native_apis``) gets that body; every other backend reads the chat
+    # translation in ``messages`` / ``raw``.
     native_api: str | None = None
     native_body: dict[str, Any] | None = None
 

@@ -24,6 +24,7 @@ from blink.backends.anthropic_stream import AnthropicStreamDecoder, deltas_from_
 from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
 from blink.backends.http1 import Http1ConnectError, Http1Error, Http1Pool, Http1Response
 from blink.backends.openai_chunks import deltas_from_chunk
+from blink.backends.responses_events import ResponsesEventDecoder, deltas_from_response
 from blink.backends.stream_decoder import StreamDecoder
 from blink.protocol.errors import (
     BackendTimeoutError,
@@ -68,7 +69,8 @@ class OpenAIHTTPBackend:
         auth = f"authorization: Bearer {api_key}\r\n".encode("latin-1") if api_key else b""
         self._get_headers = b"accept: application/json\r\n" + auth
         self._post_headers = b"content-type: application/json\r\naccept: text/event-stream\r\n" + auth
-        # APIs the upstream serves itself (``"messages"``): those requests pass through untranslated.
+        # APIs the upstream serves itself (``"messages"``, ``"responses"``): those requests pass
+        # through in their own form instead of being translated to chat completions.
         self.native_apis = frozenset(native_apis)
         anthropic_key = f"x-api-key: {api_key}\r\n".encode("latin-1") if api_key else b""
         self._native_headers = self._post_headers + anthropic_key + b"anthropic-version: 2023-06-01\r\n"
@@ -114,7 +116,10 @@ class OpenAIHTTPBackend:
         client = self._ensure_client()
         native = self._native(req)
         if native is not None:
-            path, headers, body = "/messages", self._native_headers, orjson.dumps(native)
+            anthropic = req.native_api == "messages"
+            path = "/messages" if anthropic else "/responses"
+            headers = self._native_headers if anthropic else self._post_headers
+            body = orjson.dumps(native)
         else:
             path = "/chat/completions" if req.kind == "chat" else "/completions"
             headers, body = self._post_headers, orjson.dumps(self._upstream_body(req))
@@ -128,13 +133,13 @@ class OpenAIHTTPBackend:
             if resp.headers.get("content-type", "").startswith("application/json"):
                 # The upstream ignored stream=true: one whole response.
                 whole = orjson.loads(await resp.read())
-                for delta in (deltas_from_message(whole, self.name) if native is not None
+                for delta in (_native_deltas(req.native_api, whole, self.name) if native is not None
                               else deltas_from_chunk(whole, req.kind)):
                     yield delta
                 return
             # The read loop is here, not in a generator of its own: one resume per token less.
-            decoder: StreamDecoder | AnthropicStreamDecoder = (
-                AnthropicStreamDecoder(self.name) if native is not None
+            decoder: StreamDecoder | AnthropicStreamDecoder | ResponsesEventDecoder = (
+                _native_decoder(req.native_api, self.name) if native is not None
                 else StreamDecoder(self.name, req.kind, _error_from_body))
             chunks = resp.chunks()
             first = True
@@ -307,3 +312,12 @@ def _reason(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return ""
+
+
+def _native_deltas(api: str | None, whole: dict[str, Any], name: str) -> list[Delta]:
+    """Deltas of a whole (non-streamed) answer in the upstream's own API."""
+    return list(deltas_from_message(whole, name) if api == "messages" else deltas_from_response(whole, name))
+
+
+def _native_decoder(api: str | None, name: str) -> AnthropicStreamDecoder | ResponsesEventDecoder:
+    return AnthropicStreamDecoder(name) if api == "messages" else ResponsesEventDecoder(name)

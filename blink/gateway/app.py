@@ -15,7 +15,7 @@ from blink.gateway.dashboard import DashboardAccess, build_dashboard_feed, build
 from blink.gateway.errors import install_error_handlers
 from blink.gateway.fast_path import GatewayApp, GenerationFastPath, generation_handlers
 from blink.gateway.front import GatewayFront
-from blink.gateway.limits import BodyLimitMiddleware, ConcurrencyLimitMiddleware
+from blink.gateway.limits import GENERATION_PATHS, BodyLimitMiddleware, ConcurrencyLimitMiddleware
 from blink.gateway.messages_errors import AnthropicErrorMiddleware
 from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.routes import build_router
@@ -95,6 +95,8 @@ def create_app(
     fast = generation_handlers(generation)
     if models_router is not None:  # /v1/embeddings etc. are as latency-bound as generation (issue #9)
         fast.update(generation_handlers(models_router))
+    for service in services:  # a service's generation endpoint (/v1/responses) is as hot as chat's
+        fast.update({p: h for p, h in generation_handlers(service.router).items() if p in GENERATION_PATHS})
     app.add_middleware(GenerationFastPath, handlers=fast)
     app.hot_paths = frozenset(fast)
     app.add_middleware(ConcurrencyLimitMiddleware, max_concurrent=server_settings.max_concurrent_streams)

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from blink.gateway.errors import error_messages
 from blink.protocol.errors import BlinkError, OverloadedError, RequestTimeoutError, RequestTooLargeError
 
-GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages"})
+GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"})
 # A client told to retry after one second spreads a burst over the next scheduling window.
 _RETRY_AFTER_S = "1"
 

@@ -24,7 +24,7 @@ class StageTiming:
 class RequestTrace:
     """Everything measured about one request; ``perf_counter`` times, plus one wall-clock anchor."""
 
-    route: str  # the API endpoint: "chat" | "completions"
+    route: str  # the API endpoint: "chat" | "completions" | "responses"
     start: float = field(default_factory=time.perf_counter)
     start_ns: int = field(default_factory=time.time_ns)  # wall clock, for span timestamps
     request_id: str = ""

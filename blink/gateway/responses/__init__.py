@@ -1,0 +1,1 @@
+"""OpenAI's Responses API on the generation pipeline: translate, run, render, store."""

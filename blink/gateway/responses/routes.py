@@ -1,0 +1,185 @@
+"""``/v1/responses``: create (through the generation pipeline), retrieve, delete, list input items.
+
+A stored response belongs to the API key that created it, exactly like a batch object
+(``batch/access.py``): another key, even of the same tenant, gets the 404 of an id that does not
+exist (for ``GET``, ``DELETE``, ``input_items`` and as a ``previous_response_id``); a key with the
+``admin`` scope reaches every one; with auth off everything belongs to one anonymous owner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
+from blink.config import ServerSettings
+from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey
+from blink.gateway.batch.access import Caller, caller_of
+from blink.gateway.cache.entry import CachedResponse
+from blink.gateway.cache.replay import cached_deltas
+from blink.gateway.front import GatewayFront
+from blink.gateway.pipeline import Directives, GenerationPipeline
+from blink.gateway.request_mapping import apply_routing_headers
+from blink.gateway.request_parsing import parse_json_object, require_json, validate
+from blink.gateway.responses.http_response import ResponsesResponse
+from blink.gateway.responses.render import ResponseRenderer
+from blink.gateway.responses.store import ResponseStore, StoredResponse
+from blink.gateway.responses.translate import translate
+from blink.obs import annotate, lap
+from blink.protocol.errors import InvalidRequestError, NotFoundError
+from blink.protocol.responses import ResponsesRequest
+from blink.responses_config import ResponsesSettings
+
+# OpenAI's page size bounds for list endpoints.
+_MAX_PAGE = 100
+_DEFAULT_PAGE = 20
+
+
+class _Replay:
+    """A cache hit as a source: the same deltas a live backend would have sent."""
+
+    name = "cache"
+
+    def __init__(self, entry: CachedResponse) -> None:
+        self._entry = entry
+
+    def models(self) -> list[ModelCard]:
+        return []
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+        for delta in cached_deltas(self._entry):
+            yield delta
+
+    async def health(self) -> Health:
+        return Health(True)
+
+    def load(self) -> Load:
+        return Load()
+
+    async def start(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _json(obj: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
+
+
+def _not_found(response_id: str, param: str = "response_id") -> NotFoundError:
+    return NotFoundError(f"No response found with id {response_id[:80]!r}.", param=param)
+
+
+def build_responses_router(store: ResponseStore, settings: ResponsesSettings, server: ServerSettings) -> APIRouter:
+    router = APIRouter()
+
+    async def owned(caller: Caller, response_id: str) -> StoredResponse:
+        rec = await store.get(response_id)
+        if rec is None or not caller.may_access(rec.key_id):
+            raise _not_found(response_id)
+        return rec
+
+    async def history(caller: Caller, previous_id: str) -> list[dict[str, Any]]:
+        """The conversation ``previous_id`` ends: every turn's input items and output, oldest first."""
+        chain = await store.chain(previous_id, settings.max_chain)
+        if not chain or not caller.may_access(chain[-1].key_id):
+            raise NotFoundError(f"Previous response with id {previous_id[:80]!r} not found (or an earlier turn of "
+                                "its conversation was deleted or expired).", param="previous_response_id")
+        items: list[dict[str, Any]] = []
+        for turn in chain:
+            items += turn.input_items
+            items += turn.response.get("output") or []
+        return items
+
+    async def save(caller: Caller, previous_id: str | None, items: list[dict[str, Any]],
+                   response: dict[str, Any]) -> bool:
+        rec = StoredResponse(response["id"], caller.key_id, caller.tenant, items, response, previous_id,
+                             int(time.time()) + settings.ttl_s)
+        return await store.put(rec, settings.storage_budget_bytes)
+
+    @router.post("/v1/responses")
+    async def create_response(request: Request) -> Response:
+        t0 = time.perf_counter()
+        principal: ApiKey | None = request.scope.get("state", {}).get(PRINCIPAL_STATE_KEY)
+        if principal is not None:
+            annotate(key_id=principal.key_id)
+        require_json(request.headers.get("content-type"))
+        raw = parse_json_object(await request.body())
+        cache = GatewayFront.directives(raw, request.headers)
+        body = validate(ResponsesRequest, raw)
+        lap("parse")
+        state = request.app.state
+        pipeline: GenerationPipeline = state.pipeline
+        model = body.model or pipeline.registry.default_model()
+        caller = caller_of(request)
+        past = await history(caller, body.previous_response_id) if body.previous_response_id else []
+        t = translate(body, model, past, server.max_tokens_limit, server.request_timeout_s)
+        req = apply_routing_headers(t.request, request.headers)
+        gen = await pipeline.run(principal, req, Directives(cache))
+        renderer = ResponseRenderer(req.request_id, model, body, body.tools or [], body.tool_choice or "auto")
+        return ResponsesResponse(
+            gen.source if gen.replay is None else _Replay(gen.replay), req,
+            stream=bool(body.stream), include_usage=False, t0=t0, metrics=state.metrics,
+            timeout_s=server.request_timeout_s, on_complete=gen.on_complete, extra_headers=gen.headers,
+            usage_headers=gen.usage_headers, on_close=gen.close, renderer=renderer,
+            save=partial(save, caller, body.previous_response_id, t.input_items) if body.store is not False else None,
+        )
+
+    @router.get("/v1/responses/{response_id}")
+    async def retrieve_response(request: Request, response_id: str) -> Response:
+        q = request.query_params
+        if q.get("stream") not in (None, "false"):
+            raise InvalidRequestError("'stream' is not supported when retrieving a response (responses are never "
+                                      "run in the background here).", param="stream", code="unsupported_parameter")
+        _refuse_include(request)
+        rec = await owned(caller_of(request), response_id)
+        return _json(rec.response)
+
+    @router.delete("/v1/responses/{response_id}")
+    async def delete_response(request: Request, response_id: str) -> Response:
+        await owned(caller_of(request), response_id)
+        await store.delete(response_id)
+        return _json({"id": response_id, "object": "response", "deleted": True})
+
+    @router.get("/v1/responses/{response_id}/input_items")
+    async def list_input_items(request: Request, response_id: str) -> Response:
+        _refuse_include(request)
+        rec = await owned(caller_of(request), response_id)
+        limit, order, after = _page(request)
+        items = rec.input_items if order == "asc" else rec.input_items[::-1]
+        if after is not None:
+            ids = [i["id"] for i in items]
+            if after not in ids:
+                raise InvalidRequestError(f"'after' {after[:80]!r} is not an item of this response.", param="after",
+                                          code="invalid_value")
+            items = items[ids.index(after) + 1:]
+        page = items[:limit]
+        return _json({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                      "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit})
+
+    return router
+
+
+def _refuse_include(request: Request) -> None:
+    if request.query_params.getlist("include") or request.query_params.getlist("include[]"):
+        raise InvalidRequestError("'include' is not supported: this server produces none of the optional data.",
+                                  param="include", code="unsupported_parameter")
+
+
+def _page(request: Request) -> tuple[int, str, str | None]:
+    q = request.query_params
+    raw_limit = q.get("limit", str(_DEFAULT_PAGE))
+    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= _MAX_PAGE:
+        raise InvalidRequestError(f"'limit' must be an integer from 1 to {_MAX_PAGE}.", param="limit",
+                                  code="invalid_value")
+    order = q.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise InvalidRequestError("'order' must be 'asc' or 'desc'.", param="order", code="invalid_value")
+    return int(raw_limit), order, q.get("after")

@@ -1,0 +1,35 @@
+"""The Responses API as one app service: its store and routes, started and stopped with the app."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from blink.config import ServerSettings
+from blink.gateway.responses.routes import build_responses_router
+from blink.gateway.responses.store import ResponseStore, postgres_response_store, sqlite_response_store
+from blink.responses_config import ResponsesSettings
+
+
+class ResponsesService:
+    def __init__(self, store: ResponseStore, settings: ResponsesSettings, server: ServerSettings) -> None:
+        self.store = store
+        self.router: APIRouter = build_responses_router(store, settings, server)
+        self.body_limits: dict[str, int] = {}
+
+    async def start(self) -> None:
+        await self.store.start()
+
+    async def aclose(self) -> None:
+        await self.store.aclose()
+
+
+def build_response_store(settings: ResponsesSettings) -> ResponseStore:
+    if settings.store == "postgres":
+        if not settings.postgres_dsn:
+            raise ValueError("responses.store 'postgres' needs responses.postgres_dsn")
+        return postgres_response_store(settings.postgres_dsn)
+    return sqlite_response_store(settings.path)
+
+
+def build_responses_service(settings: ResponsesSettings, server: ServerSettings) -> ResponsesService:
+    return ResponsesService(build_response_store(settings), settings, server)

@@ -1,0 +1,222 @@
+"""Stored responses: what ``store: true`` keeps, for ``GET``, ``input_items`` and ``previous_response_id``.
+
+A row holds one response: its input items, the response object (with its output items), its owner
+(``key_id``, ``tenant``; None when auth is off) and the id of the response it continued. A later
+turn replays the conversation by walking ``previous_id`` links back (``chain``), so each turn is
+stored once rather than the whole history again on every turn.
+
+Two bounds keep the store from growing without limit: a TTL (``expires_at``; an expired row is
+gone for every reader at once and deleted on the next write) and a byte budget per tenant: a new
+row that would take its tenant past it evicts that tenant's oldest rows first (a chain that loses
+an early turn then answers 404 for it), and a single row larger than the whole budget is not
+stored (the response says ``store: false``). The SQL runs on SQLite (default, WAL) or PostgreSQL,
+on a worker thread so the event loop never waits on disk (the batch store's pattern).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from blink.private_files import private_sqlite_path
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS responses (
+        id TEXT PRIMARY KEY, key_id TEXT, tenant TEXT, created_ns BIGINT NOT NULL, expires_at BIGINT,
+        previous_id TEXT, bytes BIGINT NOT NULL, input {blob} NOT NULL, body {blob} NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS responses_tenant ON responses (tenant, created_ns)",
+    "CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at)",
+)
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
+_COLS = "id, key_id, tenant, created_ns, expires_at, previous_id, input, body"
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    id: str
+    key_id: str | None
+    tenant: str | None
+    input_items: list[dict[str, Any]]
+    response: dict[str, Any]
+    previous_id: str | None = None
+    expires_at: int | None = None
+    created_ns: int = 0
+
+
+class ResponseStore(Protocol):
+    async def start(self) -> None: ...
+    async def aclose(self) -> None: ...
+    async def put(self, rec: StoredResponse, budget_bytes: int | None) -> bool: ...
+    async def get(self, response_id: str) -> StoredResponse | None: ...
+    async def chain(self, response_id: str, max_depth: int) -> list[StoredResponse] | None: ...
+    async def delete(self, response_id: str) -> bool: ...
+    async def tenant_bytes(self, tenant: str | None) -> int: ...
+
+
+class SqlResponseStore:
+    """One DB-API connection used from a worker thread under a lock (SQLite or psycopg)."""
+
+    def __init__(self, connect: Callable[[], Any], param: str, blob_type: str) -> None:
+        self._connect = connect
+        self._param = param
+        self._blob = blob_type
+        self._conn: Any = None
+        self._lock = threading.Lock()
+
+    async def _run(self, fn: Callable[[Any], Any]) -> Any:
+        def locked() -> Any:
+            with self._lock:
+                try:
+                    result = fn(self._conn)
+                    self._conn.commit()
+                    return result
+                except BaseException:
+                    self._conn.rollback()
+                    raise
+
+        return await asyncio.to_thread(locked)
+
+    def _exec(self, conn: Any, sql: str, args: Sequence[Any] = ()) -> Any:
+        return conn.execute(sql.replace("?", self._param) if self._param != "?" else sql, tuple(args))
+
+    async def start(self) -> None:
+        if self._conn is not None:
+            return
+        self._conn = await asyncio.to_thread(self._connect)
+
+        def schema(conn: Any) -> None:
+            for ddl in _SCHEMA:
+                self._exec(conn, ddl.format(blob=self._blob))
+
+        await self._run(schema)
+
+    async def aclose(self) -> None:
+        def close() -> None:
+            with self._lock:  # never under a statement in flight (the batch store's segfault lesson)
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+
+        if self._conn is not None:
+            await asyncio.to_thread(close)
+
+    async def put(self, rec: StoredResponse, budget_bytes: int | None) -> bool:
+        """Store ``rec``, evicting its tenant's oldest rows to stay within ``budget_bytes``.
+
+        False (nothing stored, nothing evicted) when the row alone exceeds the budget.
+        """
+        input_blob, body_blob = orjson.dumps(rec.input_items), orjson.dumps(rec.response)
+        size = len(input_blob) + len(body_blob)
+        if budget_bytes is not None and size > budget_bytes:
+            return False
+        rec.created_ns = rec.created_ns or time.time_ns()
+        tenant = rec.tenant or ""
+
+        def put(conn: Any) -> None:
+            self._exec(conn, "DELETE FROM responses WHERE NOT " + _LIVE, (int(time.time()),))
+            if budget_bytes is not None:
+                self._evict(conn, tenant, budget_bytes - size)
+            self._exec(conn, f"INSERT INTO responses ({_COLS}, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (rec.id, rec.key_id, tenant, rec.created_ns, rec.expires_at, rec.previous_id, input_blob,
+                        body_blob, size))
+
+        await self._run(put)
+        return True
+
+    def _evict(self, conn: Any, tenant: str, allowed: int) -> None:
+        used = self._exec(conn, "SELECT COALESCE(SUM(bytes), 0) FROM responses WHERE tenant = ?", (tenant,)).fetchone()[0]
+        if int(used) <= allowed:
+            return
+        rows = self._exec(conn, "SELECT id, bytes FROM responses WHERE tenant = ? ORDER BY created_ns", (tenant,))
+        victims: list[str] = []
+        for rid, size in rows.fetchall():
+            if used <= allowed:
+                break
+            victims.append(rid)
+            used -= int(size)
+        for rid in victims:
+            self._exec(conn, "DELETE FROM responses WHERE id = ?", (rid,))
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        def get(conn: Any) -> StoredResponse | None:
+            return self._get(conn, response_id, int(time.time()))
+
+        result: StoredResponse | None = await self._run(get)
+        return result
+
+    def _get(self, conn: Any, response_id: str, now: int) -> StoredResponse | None:
+        row = self._exec(conn, f"SELECT {_COLS} FROM responses WHERE id = ? AND {_LIVE}", (response_id, now)).fetchone()
+        return None if row is None else _record(row)
+
+    async def chain(self, response_id: str, max_depth: int) -> list[StoredResponse] | None:
+        """``response_id`` and the responses it continued, oldest first; None if any link is gone
+        (deleted, expired, evicted) or the chain is longer than ``max_depth``."""
+        def walk(conn: Any) -> list[StoredResponse] | None:
+            now = int(time.time())
+            out: list[StoredResponse] = []
+            next_id: str | None = response_id
+            while next_id is not None:
+                if len(out) >= max_depth:
+                    return None
+                rec = self._get(conn, next_id, now)
+                if rec is None:
+                    return None
+                out.append(rec)
+                next_id = rec.previous_id
+            out.reverse()
+            return out
+
+        result: list[StoredResponse] | None = await self._run(walk)
+        return result
+
+    async def delete(self, response_id: str) -> bool:
+        def delete(conn: Any) -> bool:
+            return bool(self._exec(conn, "DELETE FROM responses WHERE id = ?", (response_id,)).rowcount)
+
+        result: bool = await self._run(delete)
+        return result
+
+    async def tenant_bytes(self, tenant: str | None) -> int:
+        def used(conn: Any) -> int:
+            return int(self._exec(conn, "SELECT COALESCE(SUM(bytes), 0) FROM responses WHERE tenant = ?",
+                                  (tenant or "",)).fetchone()[0])
+
+        result: int = await self._run(used)
+        return result
+
+
+def _record(row: Sequence[Any]) -> StoredResponse:
+    rid, key_id, tenant, created_ns, expires_at, previous_id, input_blob, body_blob = row
+    return StoredResponse(rid, key_id, tenant or None, orjson.loads(input_blob), orjson.loads(body_blob),
+                          previous_id, None if expires_at is None else int(expires_at), int(created_ns))
+
+
+def sqlite_response_store(path: str | Path) -> SqlResponseStore:
+    target = Path(path).expanduser()
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(str(private_sqlite_path(target)), check_same_thread=False, timeout=30)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    return SqlResponseStore(connect, "?", "BLOB")
+
+
+def postgres_response_store(dsn: str) -> SqlResponseStore:
+    """Shared by every gateway replica: a turn may land on any of them."""
+
+    def connect() -> Any:
+        import psycopg
+
+        return psycopg.connect(dsn)
+
+    return SqlResponseStore(connect, "%s", "BYTEA")
