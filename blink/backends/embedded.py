@@ -383,6 +383,7 @@ def engine_config_from_settings(ms: Any, choice: ServingChoice | None = None) ->
         speculative=None if getattr(ms, "speculative", "none") == "none" else ms.speculative,
         num_speculative_tokens=getattr(ms, "num_speculative_tokens", 5),
         speculative_draft_model=getattr(ms, "speculative_draft_model", None),
+        structured_engine=getattr(ms, "structured_engine", "llguidance"),
     )
 
 

@@ -231,7 +231,7 @@ class AsyncEngine:
         if key in self._valid_specs:
             self._valid_specs.move_to_end(key)
             return
-        await asyncio.get_running_loop().run_in_executor(None, check_spec, kind, spec)
+        await asyncio.get_running_loop().run_in_executor(None, check_spec, kind, spec, self.config.structured_engine)
         self._valid_specs[key] = None
         while len(self._valid_specs) > _VALID_SPECS_KEPT:
             self._valid_specs.popitem(last=False)

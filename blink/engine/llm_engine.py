@@ -136,7 +136,8 @@ class LLMEngine:
     def _grammar_compiler(self) -> GrammarCompiler:
         if self._grammars is None:
             eos = sorted(self.tokenizer.eos_token_ids)
-            self._grammars = GrammarCompiler(self.tokenizer.hf, self.runner.vocab_size, eos)
+            self._grammars = GrammarCompiler(self.tokenizer.hf, self.runner.vocab_size, eos,
+                                             engine=self.config.structured_engine)
             self._masker = GrammarMasker(self.runner.vocab_size)
         return self._grammars
 

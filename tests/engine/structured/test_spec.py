@@ -20,8 +20,8 @@ GOOD = [
 
 
 @pytest.mark.parametrize(("kind", "spec"), GOOD)
-def test_valid_specs_pass(kind: str, spec: str) -> None:
-    check_spec(kind, spec)
+def test_valid_specs_pass(kind: str, spec: str, engine: str) -> None:
+    check_spec(kind, spec, engine)
 
 
 BAD = [
@@ -40,13 +40,18 @@ BAD = [
 
 
 @pytest.mark.parametrize(("kind", "spec", "words"), BAD)
-def test_invalid_specs_are_refused_without_native_paths(kind: str, spec: str, words: str) -> None:
+def test_invalid_specs_are_refused_without_native_paths(kind: str, spec: str, words: str, engine: str) -> None:
     with pytest.raises(InvalidParameterError) as info:
-        check_spec(kind, spec)
+        check_spec(kind, spec, engine)
     assert info.value.param == PARAM
     message = str(info.value)
     assert words in message
     assert ".cc:" not in message and "/project" not in message
+
+
+def test_an_unknown_engine_is_refused() -> None:
+    with pytest.raises(InvalidParameterError, match="choose one of"):
+        check_spec("regex", "a", "outlines")
 
 
 def test_size_and_depth_limits() -> None:
