@@ -48,7 +48,7 @@ class GrammarCompiler:
         # Describing the vocabulary takes most of a second on a 49k vocabulary: it is the compile
         # thread's first job, so the step loop never waits for it (compiles queue behind it).
         self._vocabulary(engine)
-        self._cache: OrderedDict[tuple[str, str], Future[CompiledGrammar]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str, str], Future[CompiledGrammar]] = OrderedDict()
         self.capacity = capacity
         self.vocab_size = vocab_size
 
@@ -62,23 +62,24 @@ class GrammarCompiler:
             self._vocabularies[name] = fut
         return fut
 
-    def extra_mask(self, kind: str) -> torch.Tensor | None:
+    def extra_mask(self, kind: str, engine: str | None = None) -> torch.Tensor | None:
         """A bitmask row ANDed into every mask of a ``kind`` grammar, or None (``GrammarEngine``)."""
-        name = engine_for_kind(self.engine, kind)
+        name = engine_for_kind(engine or self.engine, kind)
         return self._engines[name].extra_mask(self._vocabulary(name).result(), kind)
 
-    def get(self, kind: str, spec: str) -> Future[CompiledGrammar]:
+    def get(self, kind: str, spec: str, engine: str | None = None) -> Future[CompiledGrammar]:
         """The compiled grammar of ``(kind, spec)``: a done future when cached, else compiling now.
 
+        ``engine`` overrides the setting for this spec (a request's ``guided_decoding_backend``).
         A failed compile stays cached as failed (the same text fails the same way), bounded by
         the same LRU.
         """
-        key = (kind, spec)
+        name = engine_for_kind(engine or self.engine, kind)
+        key = (name, kind, spec)
         fut = self._cache.get(key)
         if fut is not None:
             self._cache.move_to_end(key)
             return fut
-        name = engine_for_kind(self.engine, kind)
         vocabulary = self._vocabulary(name)
         fut = self._pool.submit(lambda: self._engines[name].compile(vocabulary.result(), kind, spec))
         self._cache[key] = fut

@@ -57,6 +57,19 @@ def test_grammars_compile_with_xgrammar_whatever_the_setting(tokenizer: Tokenize
         gc.close()
 
 
+def test_a_request_may_name_the_other_engine(tokenizer: Tokenizer, engine: str) -> None:
+    from blink.engine.structured.llguidance_engine import LLGuidanceCompiled
+    from blink.engine.structured.xgrammar_engine import XGrammarCompiled
+
+    gc = GrammarCompiler(tokenizer.hf, tokenizer.vocab_size, sorted(tokenizer.eos_token_ids), engine=engine)
+    try:
+        assert isinstance(gc.get("regex", "a", "xgrammar").result(), XGrammarCompiled)
+        assert isinstance(gc.get("regex", "a", "llguidance").result(), LLGuidanceCompiled)
+        assert len(gc) == 2  # one cache entry per (engine, spec)
+    finally:
+        gc.close()
+
+
 def test_json_strings_never_allow_control_characters(tokenizer: Tokenizer, engine: str) -> None:
     """Inside a JSON string, with and without ``maxLength``: a raw control character there makes
     strict parsers (Python's, pydantic's) refuse the output."""

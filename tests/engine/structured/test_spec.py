@@ -80,3 +80,14 @@ def test_json_depth_counts_containers() -> None:
 def test_native_message_strips_timestamp_and_path() -> None:
     exc = RuntimeError('[10:37:27] /project/cpp/json_schema_converter.cc:4944: Unsupported type "foo"\nmore')
     assert native_message(exc) == 'Unsupported type "foo"'
+
+
+@pytest.mark.parametrize(("schema", "words"), [
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
+    ({"not": {"type": "string"}}, "not"),
+    ({"type": "string", "format": "my-format"}, "my-format"),
+])
+def test_llguidance_refuses_keywords_it_cannot_enforce(schema: dict, words: str) -> None:
+    """By name, with a 400: xgrammar accepts these and does not enforce them (README)."""
+    with pytest.raises(InvalidParameterError, match=words):
+        check_spec("json_schema", json.dumps(schema), "llguidance")
