@@ -167,6 +167,10 @@ class ModelSettings(BaseModel):
     speculative: Literal["none", "ngram", "draft"] = "none"
     num_speculative_tokens: int = Field(5, ge=1, le=16)
     speculative_draft_model: str | None = None
+    # Grammar library for structured outputs (response_format, guided_*, forced tool calls):
+    # llguidance's masks stay cheap on length-bounded strings where xgrammar's do not
+    # (benchmarks/RESULTS.md, structured outputs); EBNF grammars always use xgrammar.
+    structured_engine: Literal["llguidance", "xgrammar"] = "llguidance"
     # embedded: how tool calls are read from the model's output; "auto" picks the format its chat
     # template shows (<tool_call> -> hermes, [TOOL_CALLS] -> mistral, <|python_tag|> -> llama3_json).
     tool_parser: ToolParserSetting = "auto"

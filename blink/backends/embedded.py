@@ -24,7 +24,7 @@ from blink.backends.base import (
     Usage,
 )
 from blink.backends.embedded_echo import PromptPrefix, engine_prompt_logprobs
-from blink.backends.embedded_fields import refuse_unsupported
+from blink.backends.embedded_fields import grammar_engine_of, refuse_unsupported
 from blink.backends.embedded_prompt import PromptEncoder
 from blink.backends.embedded_tools import prepare_tools
 from blink.backends.engine_supervisor import EngineSupervisor
@@ -225,13 +225,16 @@ class EmbeddedBackend:
         if setup.keep_special_tokens:
             for _, _, params in jobs:
                 params.skip_special_tokens = False  # the call marker is a special token
+        grammar_engine = grammar_engine_of(req)
+        for _, _, params in jobs:
+            params.structured_engine = grammar_engine
         tools = setup.calls
         structured = setup.options.structured
         try:
             for _, prompt, params in jobs:
                 self.engine.check(prompt, params)
             if structured is not None:
-                await self.engine.check_structured(structured.kind, structured.spec)
+                await self.engine.check_structured(structured.kind, structured.spec, grammar_engine)
         except PromptTooLongError as exc:
             raise ContextLengthExceededError(str(exc), param=exc.param) from exc
         except InvalidParameterError as exc:
@@ -391,6 +394,7 @@ def engine_config_from_settings(ms: Any, choice: ServingChoice | None = None) ->
         speculative=None if getattr(ms, "speculative", "none") == "none" else ms.speculative,
         num_speculative_tokens=getattr(ms, "num_speculative_tokens", 5),
         speculative_draft_model=getattr(ms, "speculative_draft_model", None),
+        structured_engine=getattr(ms, "structured_engine", "llguidance"),
     )
 
 

@@ -7,8 +7,11 @@ from blink.backends.base import GenerationRequest
 from blink.protocol.errors import InvalidRequestError
 
 # Set to anything but an empty value, each is a 400 naming it.
-# vLLM's ``guided_decoding_backend`` values this engine takes: its grammar engine is xgrammar.
-GRAMMAR_BACKENDS = ("xgrammar", "auto")
+# vLLM's ``guided_decoding_backend`` values this engine takes: the grammar libraries it has (vLLM
+# calls llguidance "guidance"); a request naming one gets it, "auto" gets the model's setting.
+GRAMMAR_BACKENDS = ("auto", "xgrammar", "guidance", "llguidance")
+# vLLM's name -> the engine's (``EngineConfig.structured_engine``); "auto" = the model's setting.
+_GRAMMAR_ENGINES = {"xgrammar": "xgrammar", "guidance": "llguidance", "llguidance": "llguidance"}
 _UNSUPPORTED_FIELDS = ("suffix", "reasoning_effort", "verbosity", "audio", "web_search_options", "functions",
                        "function_call")
 
@@ -27,11 +30,17 @@ def refuse_unsupported(req: GenerationRequest) -> None:
     backend = raw.get("guided_decoding_backend")
     if backend is not None and backend not in GRAMMAR_BACKENDS:
         raise InvalidRequestError(
-            f"'guided_decoding_backend' {backend!r} is not available; this engine's grammar backend is "
-            f"'xgrammar' ({' or '.join(repr(b) for b in GRAMMAR_BACKENDS)} accepted).",
+            f"'guided_decoding_backend' {backend!r} is not available; this engine's grammar backends are "
+            f"{', '.join(repr(b) for b in GRAMMAR_BACKENDS)}.",
             param="guided_decoding_backend", code="unsupported_parameter")
     if raw.get("spaces_between_special_tokens") is False:
         _unsupported("spaces_between_special_tokens", "'spaces_between_special_tokens': false")
+
+
+def grammar_engine_of(req: GenerationRequest) -> str | None:
+    """The grammar engine a request names (``guided_decoding_backend``, checked by
+    ``refuse_unsupported``), or None for the model's setting."""
+    return _GRAMMAR_ENGINES.get(str(req.raw.get("guided_decoding_backend") or "auto"))
 
 
 def _unsupported(param: str, what: str) -> None:

@@ -69,7 +69,7 @@ class AsyncEngine:
         self._ipc_dir: tempfile.TemporaryDirectory[str] | None = None
         self._enc = msgspec.msgpack.Encoder()
         # Structured-output specs that parsed (check_structured), least recently used first.
-        self._valid_specs: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._valid_specs: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -224,14 +224,16 @@ class AsyncEngine:
             raise EngineDeadError("engine is not running")
         check_request(prompt_token_ids, params, self.limits)
 
-    async def check_structured(self, kind: str, spec: str) -> None:
-        """Parse a structured-output spec off the event loop (a large schema takes milliseconds);
-        specs that passed before are remembered, so a repeated schema costs a dict lookup."""
-        key = (kind, spec)
+    async def check_structured(self, kind: str, spec: str, engine: str | None = None) -> None:
+        """Parse a structured-output spec off the event loop (a large schema takes milliseconds)
+        with the grammar engine that will compile it (``engine``, else the setting); specs that
+        passed before are remembered, so a repeated schema costs a dict lookup."""
+        engine = engine or self.config.structured_engine
+        key = (engine, kind, spec)
         if key in self._valid_specs:
             self._valid_specs.move_to_end(key)
             return
-        await asyncio.get_running_loop().run_in_executor(None, check_spec, kind, spec)
+        await asyncio.get_running_loop().run_in_executor(None, check_spec, kind, spec, engine)
         self._valid_specs[key] = None
         while len(self._valid_specs) > _VALID_SPECS_KEPT:
             self._valid_specs.popitem(last=False)

@@ -79,3 +79,6 @@ class EngineConfig:
     # Prompt-lookup n-gram sizes tried, longest first.
     ngram_max: int = 4
     ngram_min: int = 1
+    # Grammar library for structured outputs: "llguidance" or "xgrammar"
+    # (blink/engine/structured/grammar_engine.py; EBNF grammars always use xgrammar).
+    structured_engine: str = "llguidance"

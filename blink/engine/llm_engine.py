@@ -129,14 +129,15 @@ class LLMEngine:
         self._requests[request_id] = state
         if params.structured is not None:
             kind, spec = params.structured
-            self._compiling[request_id] = self._grammar_compiler().get(str(kind), str(spec))
+            self._compiling[request_id] = self._grammar_compiler().get(str(kind), str(spec), params.structured_engine)
             return
         self.scheduler.add(seq)
 
     def _grammar_compiler(self) -> GrammarCompiler:
         if self._grammars is None:
             eos = sorted(self.tokenizer.eos_token_ids)
-            self._grammars = GrammarCompiler(self.tokenizer.hf, self.runner.vocab_size, eos)
+            self._grammars = GrammarCompiler(self.tokenizer.hf, self.runner.vocab_size, eos,
+                                             engine=self.config.structured_engine)
             self._masker = GrammarMasker(self.runner.vocab_size)
         return self._grammars
 
@@ -159,7 +160,8 @@ class LLMEngine:
                 continue
             try:
                 kind = str(state.seq.params.structured[0]) if state.seq.params.structured else ""
-                extra = self._grammars.extra_mask(kind) if self._grammars is not None else None
+                engine = state.seq.params.structured_engine
+                extra = self._grammars.extra_mask(kind, engine) if self._grammars is not None else None
                 state.grammar = GrammarState(fut.result(), extra)  # type: ignore[arg-type]
             except Exception as exc:
                 log.info("request %s: its grammar did not compile: %s", request_id, native_message(exc))

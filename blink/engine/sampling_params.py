@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from blink.engine.errors import InvalidParameterError
+from blink.engine.structured.grammar_engine import ENGINE_NAMES
 from blink.engine.structured.spec import PARAM, check_shape
 from blink.request_limits import INT32_MAX, SAMPLING_LIMITS
 
@@ -54,6 +55,9 @@ class SamplingParams:
     # Grammar-constrained decoding: (kind, spec), kind one of blink.engine.structured.spec.KINDS.
     # A tuple (or, after msgpack, a two-item list) so it crosses the engine-core seam as is.
     structured: tuple[str, str] | None = None
+    # The grammar library for this request (vLLM's ``guided_decoding_backend``): one of
+    # structured.grammar_engine.ENGINE_NAMES, or None for the engine's ``structured_engine``.
+    structured_engine: str | None = None
 
     @property
     def is_greedy(self) -> bool:
@@ -136,6 +140,9 @@ class SamplingParams:
     def _validate_structured(self) -> None:
         """Shape and size only: the grammar engine's parse check is ``structured.spec.check_spec``,
         run by the frontend off the event loop; the core compiles (and so checks) it again."""
+        if self.structured_engine is not None and self.structured_engine not in ENGINE_NAMES:
+            raise InvalidParameterError(f"Unknown grammar engine {self.structured_engine!r}; choose one of "
+                                        f"{', '.join(ENGINE_NAMES)}.", param="structured_engine")
         if self.structured is None:
             return
         if not isinstance(self.structured, tuple | list) or len(self.structured) != 2:

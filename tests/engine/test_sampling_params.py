@@ -90,3 +90,10 @@ def test_invalid_values_name_the_field(kwargs: dict, param: str) -> None:
 )
 def test_boundary_values_are_accepted(kwargs: dict) -> None:
     SamplingParams(**kwargs).validate()
+
+
+def test_a_grammar_engine_is_one_the_engine_has() -> None:
+    SamplingParams(structured=("regex", "a"), structured_engine="xgrammar").validate()
+    with pytest.raises(InvalidParameterError) as info:
+        SamplingParams(structured=("regex", "a"), structured_engine="outlines").validate()
+    assert info.value.param == "structured_engine"

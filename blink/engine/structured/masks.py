@@ -2,8 +2,9 @@
 
 The mask of a request's next token depends only on the tokens it has accepted, all known when the
 step is scheduled, so it is computed during the forward pass instead of after it: the sampler then
-waits only for whatever of the fill outlasted the forward. xgrammar's mask fill runs in C++ and
-releases the GIL, as torch's kernels do, so the two overlap on separate cores.
+waits only for whatever of the fill outlasted the forward. Both grammar engines fill masks in native
+code that releases the GIL, as torch's kernels do, so the two overlap on separate cores. The
+bitmask layout is the one both use.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ log = logging.getLogger("blink.engine")
 
 
 def new_bitmask(num_rows: int, vocab_size: int) -> torch.Tensor:
-    """xgrammar's packed layout: bit ``t % 32`` of word ``t // 32`` set = token ``t`` allowed."""
+    """The packed layout xgrammar and llguidance share: bit ``t % 32`` of word ``t // 32`` set = token ``t`` allowed."""
     return torch.full((num_rows, (vocab_size + 31) // 32), -1, dtype=torch.int32)
 
 

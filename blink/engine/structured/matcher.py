@@ -1,4 +1,4 @@
-"""One request's position in its grammar."""
+"""One request's position in its grammar, whichever grammar engine compiled it."""
 
 from __future__ import annotations
 
@@ -6,16 +6,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
-    import xgrammar as xgr
+
+    from blink.engine.structured.grammar_engine import CompiledGrammar
 
 
 class GrammarState:
-    """Wraps an ``xgrammar.GrammarMatcher``: the tokens accepted so far decide the next mask."""
+    """Wraps a ``grammar_engine.Matcher``: the tokens accepted so far decide the next mask."""
 
-    def __init__(self, compiled: xgr.CompiledGrammar, extra_mask: torch.Tensor | None = None) -> None:
-        import xgrammar as xgr
-
-        self.matcher = xgr.GrammarMatcher(compiled)
+    def __init__(self, compiled: CompiledGrammar, extra_mask: torch.Tensor | None = None) -> None:
+        self.matcher = compiled.new_matcher()
         # ANDed into every mask row (GrammarCompiler.extra_mask): tokens never allowed for this kind.
         self.extra_mask = extra_mask
 

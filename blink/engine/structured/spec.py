@@ -3,20 +3,18 @@
 A spec is ``(kind, text)``: the JSON schema's JSON text, a regex, a JSON list of choices, an EBNF
 grammar (xgrammar's dialect, GBNF-like), or ``""`` for any JSON object. ``check_spec`` only parses
 (no vocabulary needed), so the frontend can answer 400 before the request reaches the engine core;
-the core compiles the same text with ``compile_spec``.
+the core compiles the same text with the same grammar engine (``grammar_engine``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from blink.engine.errors import InvalidParameterError
+from blink.engine.structured.grammar_engine import DEFAULT_ENGINE, engine_for_kind, grammar_engine
 from blink.request_limits import SAMPLING_LIMITS
-
-if TYPE_CHECKING:
-    import xgrammar as xgr
 
 KINDS = ("json_object", "json_schema", "regex", "choice", "grammar")
 # The InvalidParameterError ``param`` of a bad spec; the backend renames it to the request field
@@ -24,23 +22,19 @@ KINDS = ("json_object", "json_schema", "regex", "choice", "grammar")
 PARAM = "structured"
 # A random or small model under a JSON grammar that allows free whitespace can emit whitespace
 # until max_tokens and never close the document; compact separators leave it no such loop.
-_SEPARATORS = (", ", ": ")
+SEPARATORS = (", ", ": ")
 # xgrammar's C++ errors start with "[hh:mm:ss] /path/file.cc:123: " and may add "Check failed...".
 _NATIVE_PREFIX = re.compile(r"^\[[0-9:]+\]\s+\S+:\d+:\s*(Check failed: \(.*?\) is false:\s*)?")
 
 
-def check_spec(kind: str, spec: str) -> None:
-    """Raise ``InvalidParameterError(param=PARAM)`` unless ``spec`` is a valid ``kind`` spec."""
+def check_spec(kind: str, spec: str, engine: str = DEFAULT_ENGINE) -> None:
+    """Raise ``InvalidParameterError(param=PARAM)`` unless ``spec`` is a valid ``kind`` spec for
+    the grammar engine that will compile it (``engine``, the setting; see ``engine_for_kind``)."""
     check_shape(kind, spec)
-    import xgrammar as xgr
-
+    if kind == "json_object":
+        return
     try:
-        if kind == "json_schema":
-            xgr.Grammar.from_json_schema(spec, any_whitespace=False, separators=_SEPARATORS)
-        elif kind == "regex":
-            xgr.Grammar.from_regex(spec)
-        elif kind in ("choice", "grammar"):
-            xgr.Grammar.from_ebnf(ebnf_source(kind, spec))
+        grammar_engine(engine_for_kind(engine, kind)).check(kind, spec)
     except (RuntimeError, ValueError) as exc:
         raise InvalidParameterError(f"Invalid {_NAMES[kind]}: {native_message(exc)}", param=PARAM) from exc
 
@@ -70,21 +64,6 @@ def check_shape(kind: str, spec: str) -> None:
             raise InvalidParameterError("'choice' must be a non-empty list of strings.", param=PARAM)
     elif not spec and kind != "json_object":
         raise InvalidParameterError(f"The {_NAMES[kind]} is empty.", param=PARAM)
-
-
-def compile_spec(compiler: xgr.GrammarCompiler, kind: str, spec: str) -> xgr.CompiledGrammar:
-    """Compile a checked spec against the compiler's vocabulary (the slow part: done once per spec)."""
-    if kind == "json_object":
-        # Any JSON object (OpenAI's json_object mode), with the same compact separators.
-        return compiler.compile_json_schema('{"type": "object"}', strict_mode=False, any_whitespace=False,
-                                            separators=_SEPARATORS)
-    if kind == "json_schema":
-        # strict_mode: no properties or items beyond the schema's, so the output is valid whether
-        # or not the client asked for strict (a non-strict schema allows a superset).
-        return compiler.compile_json_schema(spec, strict_mode=True, any_whitespace=False, separators=_SEPARATORS)
-    if kind == "regex":
-        return compiler.compile_regex(spec)
-    return compiler.compile_grammar(ebnf_source(kind, spec))
 
 
 def ebnf_source(kind: str, spec: str) -> str:

@@ -22,9 +22,9 @@ def test_apply_masks_only_the_listed_rows() -> None:
     assert torch.isfinite(logits[1]).nonzero().flatten().tolist() == [67]
 
 
-def test_fill_runs_on_the_worker_and_apply_waits_for_it(tiny_tokenizer_dir: Path) -> None:
+def test_fill_runs_on_the_worker_and_apply_waits_for_it(tiny_tokenizer_dir: Path, engine: str) -> None:
     tok = Tokenizer.from_pretrained(tiny_tokenizer_dir)
-    gc = GrammarCompiler(tok.hf, tok.vocab_size, sorted(tok.eos_token_ids))
+    gc = GrammarCompiler(tok.hf, tok.vocab_size, sorted(tok.eos_token_ids), engine=engine)
     masker = GrammarMasker(tok.vocab_size)
     try:
         state = GrammarState(gc.get("choice", '["yes"]').result())
@@ -40,9 +40,9 @@ def test_fill_runs_on_the_worker_and_apply_waits_for_it(tiny_tokenizer_dir: Path
         gc.close()
 
 
-def test_a_failing_fill_forbids_its_row_only(tiny_tokenizer_dir: Path) -> None:
+def test_a_failing_fill_forbids_its_row_only(tiny_tokenizer_dir: Path, engine: str) -> None:
     tok = Tokenizer.from_pretrained(tiny_tokenizer_dir)
-    gc = GrammarCompiler(tok.hf, tok.vocab_size, sorted(tok.eos_token_ids))
+    gc = GrammarCompiler(tok.hf, tok.vocab_size, sorted(tok.eos_token_ids), engine=engine)
     masker = GrammarMasker(tok.vocab_size)
     try:
         state = GrammarState(gc.get("regex", "a").result())

@@ -1,7 +1,8 @@
-"""A request's grammar position: accept, terminate, and the speculative draft walk."""
+"""A request's grammar position: accept, terminate, and the speculative draft walk (both engines)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,11 @@ from blink.engine.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")
-def setup(tiny_tokenizer_dir: Path) -> tuple[Tokenizer, GrammarCompiler]:
+def setup(tiny_tokenizer_dir: Path, engine: str) -> Iterator[tuple[Tokenizer, GrammarCompiler]]:
     tok = Tokenizer.from_pretrained(tiny_tokenizer_dir)
-    return tok, GrammarCompiler(tok.hf, tok.vocab_size, sorted(tok.eos_token_ids))
+    gc = GrammarCompiler(tok.hf, tok.vocab_size, sorted(tok.eos_token_ids), engine=engine)
+    yield tok, gc
+    gc.close()
 
 
 def _allowed(bitmask: object, row: int, token: int) -> bool:
@@ -58,3 +61,20 @@ def test_draft_walk_ends_after_a_stop_token(setup: tuple[Tokenizer, GrammarCompi
     eos = next(iter(tok.eos_token_ids))
     assert state.check_drafts([a, eos, a], new_bitmask(4, tok.vocab_size), 0) == 2
     assert not state.terminated
+    # Rolled back to the start exactly, also where the grammar was complete before its stop token
+    # (llguidance does not record a stop token it takes once nothing else may follow).
+    assert state.accept(a)
+    bitmask = new_bitmask(1, tok.vocab_size)
+    assert state.check_drafts([eos], bitmask, 0) == 1
+    state.fill(bitmask, 0)
+    assert _allowed(bitmask, 0, eos) and not _allowed(bitmask, 0, a)
+    assert state.accept(eos) and state.terminated
+
+
+def test_a_refused_token_leaves_the_state_unchanged(setup: tuple[Tokenizer, GrammarCompiler]) -> None:
+    tok, gc = setup
+    state = GrammarState(gc.get("choice", '["yes", "no"]').result())
+    assert not state.accept(tok.encode("z", add_special_tokens=False)[0])
+    assert all(state.accept(t) for t in tok.encode("no", add_special_tokens=False))
+    assert state.accept(next(iter(tok.eos_token_ids))) and state.terminated
+    assert not state.accept(tok.encode("y", add_special_tokens=False)[0])  # nothing after the end

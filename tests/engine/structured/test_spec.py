@@ -20,8 +20,8 @@ GOOD = [
 
 
 @pytest.mark.parametrize(("kind", "spec"), GOOD)
-def test_valid_specs_pass(kind: str, spec: str) -> None:
-    check_spec(kind, spec)
+def test_valid_specs_pass(kind: str, spec: str, engine: str) -> None:
+    check_spec(kind, spec, engine)
 
 
 BAD = [
@@ -40,13 +40,18 @@ BAD = [
 
 
 @pytest.mark.parametrize(("kind", "spec", "words"), BAD)
-def test_invalid_specs_are_refused_without_native_paths(kind: str, spec: str, words: str) -> None:
+def test_invalid_specs_are_refused_without_native_paths(kind: str, spec: str, words: str, engine: str) -> None:
     with pytest.raises(InvalidParameterError) as info:
-        check_spec(kind, spec)
+        check_spec(kind, spec, engine)
     assert info.value.param == PARAM
     message = str(info.value)
     assert words in message
     assert ".cc:" not in message and "/project" not in message
+
+
+def test_an_unknown_engine_is_refused() -> None:
+    with pytest.raises(InvalidParameterError, match="choose one of"):
+        check_spec("regex", "a", "outlines")
 
 
 def test_size_and_depth_limits() -> None:
@@ -75,3 +80,14 @@ def test_json_depth_counts_containers() -> None:
 def test_native_message_strips_timestamp_and_path() -> None:
     exc = RuntimeError('[10:37:27] /project/cpp/json_schema_converter.cc:4944: Unsupported type "foo"\nmore')
     assert native_message(exc) == 'Unsupported type "foo"'
+
+
+@pytest.mark.parametrize(("schema", "words"), [
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems"),
+    ({"not": {"type": "string"}}, "not"),
+    ({"type": "string", "format": "my-format"}, "my-format"),
+])
+def test_llguidance_refuses_keywords_it_cannot_enforce(schema: dict, words: str) -> None:
+    """By name, with a 400: xgrammar accepts these and does not enforce them (README)."""
+    with pytest.raises(InvalidParameterError, match=words):
+        check_spec("json_schema", json.dumps(schema), "llguidance")
