@@ -118,10 +118,12 @@ def test_langchain_json_schema_streams(chat: ChatOpenAI) -> None:
 
 
 def _llamaindex(url: str) -> Any:
-    openai_like = pytest.importorskip("llama_index.llms.openai_like")
-    return openai_like.OpenAILike(model=MODEL, api_base=f"{url}/v1", api_key="unused", is_chat_model=True,
-                                  is_function_calling_model=True, max_tokens=160, temperature=1.0,
-                                  context_window=1024, max_retries=0, timeout=120)
+    # Installed by .ci/system-deps.sh (without its paper pin on openai<3): missing is an error, not a skip.
+    from llama_index.llms.openai_like import OpenAILike
+
+    return OpenAILike(model=MODEL, api_base=f"{url}/v1", api_key="unused", is_chat_model=True,
+                      is_function_calling_model=True, max_tokens=160, temperature=1.0,
+                      context_window=1024, max_retries=0, timeout=120)
 
 
 def test_llamaindex_as_structured_llm(url: str) -> None:
