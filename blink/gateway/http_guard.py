@@ -15,8 +15,8 @@ methods and parser callbacks, calling uvicorn's own for everything else:
   closes, so a 128 MiB header is never parsed and never holds the event loop;
 - a head that is not complete ``header_timeout_s`` after its first byte gets 408 and the
   connection closes; a new connection that sends nothing for that long is closed silently;
-- an oversize or malformed head's answer is followed by a lingering close without reading: the sending side
-  is shut (the client reads the answer, then EOF, never a reset) and the connection is held,
+- an oversize or malformed head's answer is followed by a lingering close without reading: the
+  sending side is shut (the client reads the answer, then EOF, never a reset) and the connection is held,
   unread, for ``refused_linger_s`` before it closes. Reading nothing costs nothing, and a client
   that keeps sending its bomb waits on its own full socket buffer instead of opening the next
   connection at once. Held connections are counted apart from open ones, under the same
@@ -59,6 +59,8 @@ _RETRY_AFTER_S = "1"
 # A flood of refused connections logs one line per address this often (with a count), not one
 # per connection: formatting and writing a log line costs as much as the refusal itself.
 _REFUSAL_LOG_S = 10.0
+# Addresses remembered for that before the ones quiet for a whole period are forgotten.
+_REFUSAL_LOG_ADDRESSES = 1024
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 429: b"Too Many Requests",
             431: b"Request Header Fields Too Large"}
 
@@ -129,8 +131,11 @@ class ClientConnections:
         self.refused[address] += 1
         if now - self.logged_at.get(address, -_REFUSAL_LOG_S) < _REFUSAL_LOG_S:
             return 0
-        if len(self.logged_at) > 4 * max(self.limit, 256):  # bounded under a flood from many addresses
+        if len(self.logged_at) >= _REFUSAL_LOG_ADDRESSES:  # bounded under a flood from many addresses
             self.logged_at = {a: t for a, t in self.logged_at.items() if now - t < _REFUSAL_LOG_S}
+            if len(self.logged_at) >= _REFUSAL_LOG_ADDRESSES:  # all recent: forget them all
+                self.logged_at.clear()
+            self.refused = Counter({a: n for a, n in self.refused.items() if a in self.logged_at or a == address})
         self.logged_at[address] = now
         return self.refused.pop(address)
 

@@ -301,3 +301,16 @@ def test_a_bomb_flood_from_one_address_leaves_another_served_and_logs_one_line(
     assert counts["bombs"] > 0
     lines = [r.getMessage() for r in caplog.records if "127.0.0.6" in r.getMessage()]
     assert counts["refused"] == 0 or len(lines) == 1, lines
+
+
+def test_refusals_are_logged_once_per_address_per_period_with_a_count() -> None:
+    from blink.gateway.http_guard import ClientConnections
+
+    clients = ClientConnections(limit=2)
+    assert clients.refusal_to_log("10.0.0.1", now=100.0) == 1  # the first refusal is logged
+    assert [clients.refusal_to_log("10.0.0.1", now=100.0 + i) for i in range(1, 6)] == [0] * 5
+    assert clients.refusal_to_log("10.0.0.2", now=103.0) == 1  # another address has its own period
+    assert clients.refusal_to_log("10.0.0.1", now=111.0) == 6  # next period: the five quiet ones too
+    for i in range(5000):  # a flood from many addresses stays bounded in memory
+        clients.refusal_to_log(f"10.1.{i // 256}.{i % 256}", now=200.0 + i * 0.001)
+    assert len(clients.logged_at) <= 1024 and len(clients.refused) <= 1024
