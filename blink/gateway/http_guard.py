@@ -198,16 +198,20 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         if self._head_timer is None:  # the first byte of the next request on a kept-alive connection
             self._arm_head_timer()
         room = self.limits.max_header_bytes - self._head_bytes
-        head, rest = data[:room], data[room:]
+        if len(data) <= room:
+            self._head_bytes += len(data)
+            super().data_received(data)
+            return
+        head = data[:room]
         self._head_bytes += len(head)
         if head:
             super().data_received(head)
-        if not rest or self.transport.is_closing():
+        if self.transport.is_closing() or self._linger_timer is not None:
             return
-        if self._in_head:  # the head is still not complete past the limit: never parse the rest
+        if self._in_head:  # the head is still not complete past the limit: never parse (or copy) the rest
             self._refuse(self._too_large())
             return
-        self.data_received(rest)  # the body (or a pipelined request) after a head that fit
+        self.data_received(data[room:])  # the body (or a pipelined request) after a head that fit
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

@@ -291,7 +291,7 @@ def test_a_bomb_flood_from_one_address_leaves_another_served_and_logs_one_line(
         for t in threads:
             t.start()
         try:
-            for _ in range(20):
+            for _ in range(10):
                 assert httpx.get(f"{guarded.url}/health", timeout=5).status_code == 200
                 time.sleep(0.05)
         finally:
