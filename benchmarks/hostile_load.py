@@ -390,7 +390,7 @@ async def orchestrate(args: argparse.Namespace) -> None:
     log = open(work / "server.log", "wb")
     server = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pinned(server_core))
     try:
-        wait_ready(f"http://127.0.0.1:{port}/ready", server, timeout=300)
+        wait_ready(f"http://127.0.0.1:{port}/ready", server, timeout=args.ready_timeout_s)
         print(f"CPU: {cpu_flags()}; server pinned to {server_core}, clients to {other}; model {model}; "
               f"phase {args.phase_s:g} s; {' '.join(cmd[3:])}", flush=True)
         honest = Honest(port, keys["honest"])
@@ -437,6 +437,8 @@ def main() -> None:
     ap.add_argument("--phase-s", type=float, default=20.0)
     ap.add_argument("--model", default=None, help="model folder (default: the built-in demo model)")
     ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--ready-timeout-s", type=float, default=300.0,
+                    help="how long the server may take to start (a loaded machine builds kernels slowly)")
     ap.add_argument("--serve-args", default="", help="extra `blink serve` flags, e.g. '--threads 1'")
     ap.add_argument("--attack", choices=ATTACKS, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)

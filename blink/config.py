@@ -91,6 +91,13 @@ class ServerSettings(BaseModel):
     # A request body must arrive whole within this many seconds of its head: 408 and close
     # otherwise. 30 s lets a 1 MiB body through at ~35 KB/s.
     body_timeout_s: float = Field(30.0, gt=0)
+    # After a refused head (431, 408, malformed), the answer is sent, the sending side shut and the
+    # connection held this long without reading before it closes: the client reads its answer
+    # instead of a reset, and a client that keeps sending waits here instead of opening its next
+    # connection at once (closing at once let a header bomb loop as fast as the gateway could
+    # accept and read, on the gateway's own core). Held connections count toward
+    # max_connections_per_client. 2 s is Apache httpd's SECONDS_TO_LINGER; 0 closes at once.
+    refused_linger_s: float = Field(2.0, ge=0)
     # Open connections one client address may hold; a connection over the cap is answered 429 +
     # retry-after and closed at once. 0 = no cap (set it to 0 behind a proxy that hides addresses).
     max_connections_per_client: int = Field(128, ge=0)

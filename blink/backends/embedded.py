@@ -222,6 +222,11 @@ class EmbeddedBackend:
         # One engine sequence per (prompt, choice); its response index is prompt * n + choice.
         jobs = [(p * n + i, prompt, self._params(setup.options, len(prompt), i, req.priority))
                 for p, prompt in enumerate(prompts) for i in range(n)]
+        for k, (_, _, params) in enumerate(jobs):
+            # One stream is a user's fair share of their class; the request's other sequences are
+            # bulk work, served in the batch lane while other requests' urgent work waits.
+            params.group = req.request_id if len(jobs) > 1 else None
+            params.bulk = k > 0
         if setup.keep_special_tokens:
             for _, _, params in jobs:
                 params.skip_special_tokens = False  # the call marker is a special token

@@ -52,6 +52,12 @@ class SamplingParams:
     speculative: bool = True
     # Scheduling class: a key of PRIORITY_RANK.
     priority: str = "interactive"
+    # The sequences of one request (its ``n`` choices, the prompts of a batched completion) share
+    # a group; every one after the first is bulk: more than one stream's fair share. While another
+    # request's voice or interactive sequence that is not bulk is running or waiting, the scheduler
+    # serves bulk in the batch lane; otherwise in its own class, so it never waits on an idle engine.
+    group: str | None = None
+    bulk: bool = False
     # Grammar-constrained decoding: (kind, spec), kind one of blink.engine.structured.spec.KINDS.
     # A tuple (or, after msgpack, a two-item list) so it crosses the engine-core seam as is.
     structured: tuple[str, str] | None = None

@@ -13,12 +13,18 @@ when slots or blocks are short), and only then gives what is left of the budget 
 batch requests. So batch work fills spare capacity, is preempted first, and a new interactive
 request is scheduled in the first step after it arrives, as if no batch work were running; a
 step computing an urgent request's first token carries no batch work at all.
+
+Bulk sequences (``SamplingParams.bulk``: a request's sequences beyond its first) are more than
+one stream's fair share. While another request's urgent sequence that is not bulk is running or
+waiting, they are served in the batch lane (its caps, preempted first, never in a first-token
+step), so an ``n=128`` request costs an interactive user what a batch job would; when no such
+work is left they return to the class they asked for and use the whole engine.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -77,6 +83,12 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._requests: dict[str, Sequence] = {}
+        # Bulk sequences asking for an urgent class, and the urgent sequences that are not bulk
+        # (in all, and per group): while another group has one of the latter, a bulk sequence is
+        # in the batch lane (``_place_bulk``).
+        self._bulk: dict[str, Sequence] = {}
+        self._num_urgent = 0
+        self._urgent_by_group: Counter[str] = Counter()
         self.num_preemptions = 0
         # Per priority rank: requests admitted for the first time and their summed queue wait.
         self.admitted_by_rank = [0] * len(PRIORITY_RANK)
@@ -123,6 +135,12 @@ class Scheduler:
                 param="messages",
             )
         seq.status = SequenceStatus.WAITING
+        if seq.requested_rank < BATCH_RANK:
+            if seq.params.bulk:
+                self._bulk[seq.request_id] = seq
+                seq.priority_rank = self._bulk_rank(seq)
+            else:
+                self._count_urgent(seq, 1)
         self._enqueue(seq, front=False)
         self._requests[seq.request_id] = seq
 
@@ -164,6 +182,32 @@ class Scheduler:
         seq.finish_reason = reason
         self.block_manager.free(seq)
         del self._requests[seq.request_id]
+        if self._bulk.pop(seq.request_id, None) is None and seq.requested_rank < BATCH_RANK:
+            self._count_urgent(seq, -1)
+
+    def _count_urgent(self, seq: Sequence, delta: int) -> None:
+        self._num_urgent += delta
+        group = seq.params.group
+        if group is not None:
+            self._urgent_by_group[group] += delta
+            if self._urgent_by_group[group] <= 0:
+                del self._urgent_by_group[group]
+
+    def _bulk_rank(self, seq: Sequence) -> int:
+        """The batch lane while another request's urgent work is left, else the class asked for."""
+        others = self._num_urgent - self._urgent_by_group.get(seq.params.group or "", 0)
+        return BATCH_RANK if others > 0 else seq.requested_rank
+
+    def _place_bulk(self) -> None:
+        """Move bulk sequences between the batch lane and their own class for this step."""
+        moved = False
+        for seq in self._bulk.values():
+            rank = self._bulk_rank(seq)
+            if rank != seq.priority_rank:
+                seq.priority_rank = rank
+                moved = True
+        if moved:
+            self.waiting = deque(sorted(self.waiting, key=_rank))  # stable: FIFO within a class
 
     # ----------------------------------------------------------------- the step
     def schedule(self) -> SchedulerOutput:
@@ -171,6 +215,7 @@ class Scheduler:
         scheduled: list[ScheduledSeq] = []
         preempted: list[Sequence] = []
         finished: list[Sequence] = []
+        self._place_bulk()
         # Stable: most urgent class first, admission order within a class, so the tail (the
         # preemption victims) is the newest request of the least urgent class.
         self.running.sort(key=_rank)

@@ -55,6 +55,9 @@ class Sequence:
         self.num_preemptions = 0
         # Scheduling class (0 = most urgent); unknown names (never validated) count as interactive.
         self.priority_rank = PRIORITY_RANK.get(params.priority, PRIORITY_RANK["interactive"])
+        # The class it asked for; ``priority_rank`` is the lane it is in now (the scheduler moves a
+        # bulk sequence to the batch lane while urgent work waits).
+        self.requested_rank = self.priority_rank
         # When the scheduler first admitted it (queue-wait metrics); None while never run.
         self.first_scheduled_time: float | None = None
         # Every prompt position still needs its logits (prompt logprobs were asked for and not

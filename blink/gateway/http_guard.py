@@ -15,8 +15,15 @@ methods and parser callbacks, calling uvicorn's own for everything else:
   closes, so a 128 MiB header is never parsed and never holds the event loop;
 - a head that is not complete ``header_timeout_s`` after its first byte gets 408 and the
   connection closes; a new connection that sends nothing for that long is closed silently;
+- an oversize or malformed head's answer is followed by a lingering close without reading: the
+  sending side is shut (the client reads the answer, then EOF, never a reset) and the connection is held,
+  unread, for ``refused_linger_s`` before it closes. Reading nothing costs nothing, and a client
+  that keeps sending its bomb waits on its own full socket buffer instead of opening the next
+  connection at once. Held connections are counted apart from open ones, under the same
+  per-address cap (an address's other clients keep their places); past it a refusal closes at once;
 - a connection from an address that already holds ``max_connections_per_client`` gets 429 +
-  ``retry-after`` at once and is closed;
+  ``retry-after`` at once and is closed (no linger: that would hold a place over the cap); these
+  refusals are logged once per address per ``_REFUSAL_LOG_S``, with a count, not per connection;
 - malformed framing gets uvicorn's 400, but as OpenAI-style JSON (``send_400_response``);
 - a body the app answered without reading (a 401, a 404) may trickle on for at most
   ``body_timeout_s`` after the response before the connection closes (uvicorn would read it for
@@ -49,6 +56,11 @@ from blink.protocol.errors import (
 log = logging.getLogger("blink.gateway.http")
 # A refused client retries after a second: long enough for its other connections to finish a request.
 _RETRY_AFTER_S = "1"
+# A flood of refused connections logs one line per address this often (with a count), not one
+# per connection: formatting and writing a log line costs as much as the refusal itself.
+_REFUSAL_LOG_S = 10.0
+# Addresses remembered for that before the ones quiet for a whole period are forgotten.
+_REFUSAL_LOG_ADDRESSES = 1024
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 429: b"Too Many Requests",
             431: b"Request Header Fields Too Large"}
 
@@ -69,11 +81,12 @@ class HttpLimits:
     header_timeout_s: float
     body_timeout_s: float
     max_connections_per_client: int  # 0 = no cap
+    refused_linger_s: float = 0.0
 
     @classmethod
     def from_settings(cls, s: ServerSettings) -> HttpLimits:
         return cls(int(s.max_header_bytes), s.max_header_count, s.header_timeout_s, s.body_timeout_s,
-                   s.max_connections_per_client)
+                   s.max_connections_per_client, s.refused_linger_s)
 
 
 @dataclass(slots=True)
@@ -82,6 +95,12 @@ class ClientConnections:
 
     limit: int
     open: Counter[str] = field(default_factory=Counter)
+    # Refused connections held unread for the lingering close, counted apart under the same cap:
+    # they never take an open place from the address's other clients, and never pile up.
+    held: Counter[str] = field(default_factory=Counter)
+    # Refusals over the cap not yet logged, and when each address's last line was written.
+    refused: Counter[str] = field(default_factory=Counter)
+    logged_at: dict[str, float] = field(default_factory=dict)
 
     def acquire(self, address: str) -> bool:
         if self.limit and self.open[address] >= self.limit:
@@ -93,6 +112,32 @@ class ClientConnections:
         self.open[address] -= 1
         if self.open[address] <= 0:
             del self.open[address]
+
+    def hold(self, address: str) -> bool:
+        """Move one of ``address``'s open connections to the held ones; False if those are at the cap."""
+        if self.limit and self.held[address] >= self.limit:
+            return False
+        self.held[address] += 1
+        self.release(address)
+        return True
+
+    def unhold(self, address: str) -> None:
+        self.held[address] -= 1
+        if self.held[address] <= 0:
+            del self.held[address]
+
+    def refusal_to_log(self, address: str, now: float) -> int:
+        """Count a refusal; the number to log now (0 = stay quiet: one line per address per period)."""
+        self.refused[address] += 1
+        if now - self.logged_at.get(address, -_REFUSAL_LOG_S) < _REFUSAL_LOG_S:
+            return 0
+        if len(self.logged_at) >= _REFUSAL_LOG_ADDRESSES:  # bounded under a flood from many addresses
+            self.logged_at = {a: t for a, t in self.logged_at.items() if now - t < _REFUSAL_LOG_S}
+            if len(self.logged_at) >= _REFUSAL_LOG_ADDRESSES:  # all recent: forget them all
+                self.logged_at.clear()
+            self.refused = Counter({a: n for a, n in self.refused.items() if a in self.logged_at or a == address})
+        self.logged_at[address] = now
+        return self.refused.pop(address)
 
 
 class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
@@ -114,15 +159,19 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._unread_timer: asyncio.TimerHandle | None = None  # a body still arriving after its response
         self._address: str | None = None  # counted in ``clients`` while set
+        self._linger_timer: asyncio.TimerHandle | None = None  # a refused connection held unread
+        self._held: str | None = None  # counted in ``clients.held`` while set
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         address = self.client[0] if self.client else ""
         if not self.clients.acquire(address):
-            log.warning("refused a connection from %s: over %d open connections", address, self.clients.limit)
+            if count := self.clients.refusal_to_log(address, self.loop.time()):
+                log.warning("refused %d connection(s) from %s: over %d open connections",
+                            count, address, self.clients.limit)
             self._refuse(TooManyConnectionsError(
                 f"Too many open connections from this address (limit {self.clients.limit}); retry shortly.",
-                headers={"retry-after": _RETRY_AFTER_S}))
+                headers={"retry-after": _RETRY_AFTER_S}), linger=False)
             return
         self._address = address
         self._arm_head_timer()
@@ -130,13 +179,18 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
         self._cancel_unread_timer()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+        if self._held is not None:
+            self.clients.unhold(self._held)
+            self._held = None
         if self._address is not None:
             self.clients.release(self._address)
             self._address = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self.transport.is_closing():
+        if self.transport.is_closing() or self._linger_timer is not None:
             return
         if not self._in_head:
             super().data_received(data)
@@ -144,16 +198,20 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         if self._head_timer is None:  # the first byte of the next request on a kept-alive connection
             self._arm_head_timer()
         room = self.limits.max_header_bytes - self._head_bytes
-        head, rest = data[:room], data[room:]
+        if len(data) <= room:
+            self._head_bytes += len(data)
+            super().data_received(data)
+            return
+        head = data[:room]
         self._head_bytes += len(head)
         if head:
             super().data_received(head)
-        if not rest or self.transport.is_closing():
+        if self.transport.is_closing() or self._linger_timer is not None:
             return
-        if self._in_head:  # the head is still not complete past the limit: never parse the rest
+        if self._in_head:  # the head is still not complete past the limit: never parse (or copy) the rest
             self._refuse(self._too_large())
             return
-        self.data_received(rest)  # the body (or a pipelined request) after a head that fit
+        self.data_received(data[room:])  # the body (or a pipelined request) after a head that fit
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -213,14 +271,35 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
             f"Request headers exceed the limit of {self.limits.max_header_bytes} bytes "
             f"or {self.limits.max_header_count} header lines.")
 
-    def _refuse(self, err: BlinkError) -> None:
-        """Answer ``err`` without involving the app and close; a request already in the app sees a disconnect."""
+    def _refuse(self, err: BlinkError, linger: bool = True) -> None:
+        """Answer ``err`` without involving the app and close; a request already in the app sees a disconnect.
+
+        With ``linger`` (and an answer written), the close is a lingering one without reading
+        (see the module docstring): shut the sending side, stop reading, close later.
+        """
         self._cancel_head_timer()
-        if self.transport.is_closing():
+        if self.transport.is_closing() or self._linger_timer is not None:
             return
-        if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
+        answered = self.cycle is None or self.cycle.response_complete or not self.cycle.response_started
+        if answered:
             self.transport.write(raw_error_response(err))
-        self.transport.close()
+        wait = self.limits.refused_linger_s
+        if not (linger and answered and wait > 0 and self.transport.can_write_eof() and self._hold()):
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self.transport.pause_reading()
+        self._linger_timer = self.loop.call_later(wait, self.transport.close)
+
+    def _hold(self) -> bool:
+        """Count this connection as held (not open) for its address; False when that is at the cap."""
+        address = self._address
+        if address is None:
+            return True  # no cap to count against
+        if not self.clients.hold(address):
+            return False
+        self._address, self._held = None, address
+        return True
 
     def _arm_head_timer(self) -> None:
         self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
@@ -239,8 +318,9 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
             # answer: a client reusing it at that instant would read a 408 meant for nobody.
             self.transport.close()
         else:
+            # No linger: a slow head already took header_timeout_s of the client's time.
             self._refuse(RequestTimeoutError(
-                f"The request head did not arrive within {self.limits.header_timeout_s:g} s."))
+                f"The request head did not arrive within {self.limits.header_timeout_s:g} s."), linger=False)
 
 
 def guarded_protocol(settings: ServerSettings) -> type[GuardedHttpToolsProtocol]:

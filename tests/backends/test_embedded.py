@@ -139,6 +139,37 @@ async def test_one_request_holds_at_most_its_share_of_the_engine(tiny_qwen2: Pat
         await b.aclose()
 
 
+async def test_an_n_request_alone_runs_its_choices_together(tiny_qwen2: Path) -> None:
+    """A request's choices after the first are bulk work, held to the batch lane only while another
+    request's urgent work waits: alone, its three choices run side by side even when the batch
+    lane takes one sequence, and a chat sent meanwhile is served before they finish."""
+    b = EmbeddedBackend("tiny", EngineConfig(model=str(tiny_qwen2), dtype="float32", threads=1, max_model_len=256,
+                                             max_num_seqs=4, max_seqs_per_request_share=1.0, max_batch_seqs=1))
+    await b.start()
+    try:
+        events: list[tuple[str, int, bool]] = []
+        started = asyncio.Event()
+
+        async def many() -> None:
+            async for d in b.stream(_chat("many", max_tokens=60, temperature=1.0, seed=5, n=3, ignore_eos=True)):
+                events.append(("many", d.index, d.finish_reason is not None))
+                started.set()
+
+        async def chat() -> None:
+            await started.wait()
+            async for d in b.stream(_chat("chat", max_tokens=2, temperature=0.0, ignore_eos=True)):
+                events.append(("chat", d.index, d.finish_reason is not None))
+
+        await asyncio.gather(many(), chat())
+        many_events = [e for e in events if e[0] == "many"]
+        first_done = next(i for i, e in enumerate(many_events) if e[2])
+        assert {e[1] for e in many_events[:first_done]} == {0, 1, 2}  # interleaved, not one after another
+        assert sum(1 for e in many_events if e[2]) == 3
+        assert events.index(("chat", 0, True)) < len(events) - 1  # the chat ended before the last choice
+    finally:
+        await b.aclose()
+
+
 def test_the_request_share_setting_is_declared_once() -> None:
     from pydantic import ValidationError
 

@@ -221,3 +221,110 @@ def test_max_batch_tokens_spreads_batch_prefill_over_short_steps() -> None:
                     loop.outputs[q.request_id] = q.output_token_ids
     assert all(loop.outputs[r] == reference(p, 3) for r, p in prompts.items())
     assert_no_leaks(sched)
+
+
+def bulk(rid: str, prompt: list[int], max_tokens: int, priority: str = "interactive", group: str = "hog",
+         lead: bool = False) -> Sequence:
+    """A sequence of a multi-sequence request: its first (``lead``) or one of the bulk others."""
+    params = SamplingParams(max_tokens=max_tokens, priority=priority, group=group, bulk=not lead)
+    return Sequence(rid, prompt, params, frozenset({EOS}))
+
+
+def test_bulk_sequences_never_share_a_step_with_an_interactive_first_token() -> None:
+    """An n>1 request's extra choices (bulk) yield like batch work while a chat runs, and a stream
+    of chats arriving one after another never sees them in a step that computes its first token."""
+    cfg = EngineConfig(model="dummy", block_size=4, max_num_seqs=8, max_num_batched_tokens=32, max_batch_seqs=2)
+    sched = Scheduler(cfg, BlockManager(128, 4, True))
+    loop = Loop(sched)
+    hog = [f"h{k}" for k in range(6)]
+    sched.add(bulk(hog[0], [3, 1, 4], 40, lead=True))  # the hog's first choice is a fair share: interactive
+    for rid in hog[1:]:
+        sched.add(bulk(rid, [3, 1, 4], 40))
+    chats: list[str] = []
+    overlaps = 0  # first-token steps taken while bulk work was running
+    for step in range(300):
+        if step % 3 == 0 and len(chats) < 40:
+            chats.append(f"c{len(chats)}")
+            sched.add(seq(chats[-1], [5, 9, 2, 6], 2))
+        out = sched.schedule()
+        ids = [s.seq.request_id for s in out.scheduled]
+        if any(s.seq.num_output_tokens == 0 and s.seq.request_id in chats for s in out.scheduled):
+            assert not set(ids) & set(hog[1:]), ids  # a chat's first-token step carries no bulk work
+            overlaps += any(q.request_id in hog[1:] for q in sched.running)
+        sched.update_after_step(out)
+        for s in out.scheduled:
+            q = s.seq
+            if q.status is SequenceStatus.RUNNING and q.is_prefill_done:
+                q.append_token(next_token(q.token_ids))
+                loop.first_token_step.setdefault(q.request_id, step)
+                if q.check_stop(0):
+                    sched.finish(q, "length")
+                    loop.outputs[q.request_id] = q.output_token_ids
+        if not sched.has_unfinished():
+            break
+    assert overlaps > 10
+    # Chats stopped arriving, so the bulk work then ran as the class it asked for and finished exactly.
+    assert sorted(loop.outputs) == sorted(hog + chats)
+    assert all(loop.outputs[h] == reference([3, 1, 4], 40) for h in hog)
+    assert all(loop.outputs[c] == reference([5, 9, 2, 6], 2) for c in chats)
+    assert_no_leaks(sched)
+
+
+def test_bulk_runs_as_its_own_class_on_an_idle_engine() -> None:
+    """With no other urgent work, bulk sequences are not held to the batch lane's cap; they go back
+    to the batch lane the step a chat arrives, and return to their class when it is done."""
+    cfg = EngineConfig(model="dummy", block_size=4, max_num_seqs=8, max_num_batched_tokens=64, max_batch_seqs=1)
+    sched = Scheduler(cfg, BlockManager(128, 4, True))
+    loop = Loop(sched)
+    for k in range(4):
+        sched.add(bulk(f"h{k}", [2, 7, 1 + k], 30))
+    loop.step()
+    assert sched.running_by_rank() == [0, 4, 0]  # all four at once, as interactive work
+    sched.add(seq("chat", [8, 8, 8], 3))
+    assert loop.step() == ["chat"]  # the chat's first-token step runs without them
+    assert sched.running_by_rank() == [0, 1, 4]  # demoted, not preempted (slots and blocks suffice)
+    while "chat" not in loop.outputs:
+        loop.step()
+    loop.step()
+    assert sched.running_by_rank() == [0, 4, 0]
+    loop.run()
+    assert all(loop.outputs[f"h{k}"] == reference([2, 7, 1 + k], 30) for k in range(4))
+    assert_no_leaks(sched)
+
+
+def test_bulk_batch_and_voice_keep_their_lanes() -> None:
+    """A bulk sequence that asked for the batch lane stays there; a voice one is demoted only while
+    other urgent work is left, and a bulk sequence never counts as that work itself."""
+    sched = make_scheduler(max_num_seqs=4, budget=64)
+    sched.add(bulk("v1", [1, 2], 5, "voice"))
+    sched.add(bulk("b1", [3, 4], 5, "batch"))
+    sched.schedule()
+    assert (sched.get("v1").priority_rank, sched.get("b1").priority_rank) == (0, 2)  # type: ignore[union-attr]
+    sched.add(seq("chat", [5, 6], 5))
+    sched.schedule()
+    assert sched.get("v1").priority_rank == 2  # type: ignore[union-attr]
+    sched.abort("chat")
+    sched.schedule()
+    assert sched.get("v1").priority_rank == 0  # type: ignore[union-attr]
+
+
+def test_a_requests_own_first_sequence_does_not_demote_its_others() -> None:
+    """n=4 on an idle engine runs its four choices together; another request's chat demotes the
+    three bulk ones, whose own lead never does."""
+    cfg = EngineConfig(model="dummy", block_size=4, max_num_seqs=8, max_num_batched_tokens=64, max_batch_seqs=1)
+    sched = Scheduler(cfg, BlockManager(128, 4, True))
+    loop = Loop(sched)
+    sched.add(bulk("n0", [4, 4, 4], 20, lead=True))
+    for k in range(1, 4):
+        sched.add(bulk(f"n{k}", [4, 4, 4], 20))
+    sched.add(bulk("m0", [6, 6], 20, group="other", lead=True))
+    assert loop.step() == ["n0", "m0"]  # m0 (another request) demotes n1-n3 out of the first-token step
+    assert sched.waiting_by_rank() == [0, 0, 3]
+    loop.run()
+    sched.add(bulk("n0", [4, 4, 4], 20, lead=True))
+    for k in range(1, 4):
+        sched.add(bulk(f"n{k}", [4, 4, 4], 20))
+    assert sorted(loop.step()) == ["n0", "n1", "n2", "n3"]
+    assert sched.running_by_rank() == [0, 4, 0]
+    loop.run()
+    assert_no_leaks(sched)

@@ -1,5 +1,6 @@
 """GuardedHttpToolsProtocol over raw sockets: head size and count (431), head deadline (408),
-per-address connection cap (429), and malformed framing answered as OpenAI-style JSON."""
+per-address connection cap (429), malformed framing answered as OpenAI-style JSON, and the
+lingering close of a refused head (answer, EOF, then held unread; counted apart per address)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from gateway_helpers import gateway_settings
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
+from blink.config import ServerSettings
 from blink.gateway.http_guard import guarded_protocol
 from blink.serve import build_app
 
@@ -32,8 +34,8 @@ def guarded(upstream: FakeUpstream) -> Iterator[LiveServer]:
         yield server
 
 
-def _connect(server: LiveServer, timeout: float = 5) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", server.port), timeout=timeout)
+def _connect(server: LiveServer, timeout: float = 5, source: str = "127.0.0.1") -> socket.socket:
+    return socket.create_connection(("127.0.0.1", server.port), timeout=timeout, source_address=(source, 0))
 
 
 def _read_all(sock: socket.socket) -> bytes:
@@ -183,3 +185,132 @@ def test_malformed_framing_gets_a_json_400(guarded: LiveServer, request_bytes: b
         sock.sendall(request_bytes)
         error = _json_error(_read_all(sock), 400)
     assert error["type"] == "invalid_request_error" and error["code"] == "invalid_http_request"
+
+
+LINGER_S = ServerSettings().refused_linger_s  # the fixture keeps the default
+
+
+def _bomb_until_blocked(sock: socket.socket) -> int:
+    """Send an ever-growing header until the socket stops taking bytes; the bytes sent."""
+    sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-bomb: ")
+    sent = 0
+    sock.settimeout(0.3)
+    try:
+        while sent < 64 << 20:
+            sent += sock.send(b"a" * 65536)
+    except TimeoutError:
+        pass
+    return sent
+
+
+def test_an_oversize_head_gets_431_and_eof_then_is_held_unread(guarded: LiveServer) -> None:
+    """The answer and EOF arrive at once (no reset eating the 431); the server reads no more, so a
+    client that keeps sending stalls on its own buffers until the linger ends the connection."""
+    with _connect(guarded, source="127.0.0.4") as sock:
+        started = time.monotonic()
+        sent = _bomb_until_blocked(sock)  # the server stopped reading: sends block
+        assert sent < 64 << 20
+        sock.settimeout(5)
+        reply = b""
+        while chunk := sock.recv(65536):  # EOF after the answer, while the connection is held
+            reply += chunk
+        assert _json_error(reply, 431)["code"] == "request_header_fields_too_large"
+        assert time.monotonic() - started < LINGER_S
+        with pytest.raises(OSError):  # then the server closes: the stalled sender learns it
+            while time.monotonic() - started < LINGER_S + 5:
+                sock.sendall(b"a" * 65536)
+        assert time.monotonic() - started >= LINGER_S * 0.9
+
+
+@pytest.fixture(scope="module")
+def lingering(upstream: FakeUpstream) -> Iterator[LiveServer]:
+    """A long linger and a cap of 3, so held connections stay held for the whole test."""
+    settings = gateway_settings(upstream, max_header_bytes=HEADER_LIMIT, refused_linger_s=30.0,
+                                max_connections_per_client=3)
+    with LiveServer(build_app(settings), http=guarded_protocol(settings.server)) as server:
+        yield server
+
+
+def _refused_then(server: LiveServer) -> socket.socket:
+    """A bomb answered with 431 and EOF; the socket is left open for the caller."""
+    sock = _connect(server, source="127.0.0.5")
+    sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nx-bomb: " + b"a" * (HEADER_LIMIT * 2))
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
+    assert _json_error(reply, 431)["code"] == "request_header_fields_too_large"
+    return sock
+
+
+def _still_held(sock: socket.socket) -> bool:
+    """Whether the server still holds the connection: writes to a closed one get a reset."""
+    try:
+        for _ in range(10):
+            sock.sendall(b"a" * 1024)
+            time.sleep(0.05)
+    except OSError:
+        return False
+    return True
+
+
+def test_held_refusals_never_take_an_addresss_open_places(lingering: LiveServer) -> None:
+    """Bombs held unread are counted apart, under the same cap: that address's next request is
+    served, and a bomb past the cap is closed at once instead of held."""
+    held = [_refused_then(lingering) for _ in range(3)]
+    try:
+        assert all(_still_held(sock) for sock in held)
+        with _connect(lingering, source="127.0.0.5") as sock:  # its open places are all free
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            assert _read_all(sock).startswith(b"HTTP/1.1 200 ")
+        with _refused_then(lingering) as extra:
+            assert not _still_held(extra)
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_bomb_flood_from_one_address_leaves_another_served_and_logs_one_line(
+        guarded: LiveServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Four clients loop bombs and extra connections from one address; another address's requests
+    all succeed, and the refusals over the cap are logged once for the address, not per connection."""
+    stop = threading.Event()
+    counts = {"bombs": 0, "refused": 0}
+
+    def flood() -> None:
+        while not stop.is_set():
+            try:
+                with _connect(guarded, timeout=3, source="127.0.0.6") as sock:
+                    sock.sendall(b"GET / HTTP/1.1\r\nx-bomb: " + b"b" * (HEADER_LIMIT * 4))
+                    reply = sock.recv(64)
+                    counts["refused" if b" 429 " in reply else "bombs"] += 1
+            except OSError:
+                pass
+
+    threads = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
+    with caplog.at_level("WARNING", logger="blink.gateway.http"):
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(10):
+                assert httpx.get(f"{guarded.url}/health", timeout=5).status_code == 200
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
+    assert counts["bombs"] > 0
+    lines = [r.getMessage() for r in caplog.records if "127.0.0.6" in r.getMessage()]
+    assert counts["refused"] == 0 or len(lines) == 1, lines
+
+
+def test_refusals_are_logged_once_per_address_per_period_with_a_count() -> None:
+    from blink.gateway.http_guard import ClientConnections
+
+    clients = ClientConnections(limit=2)
+    assert clients.refusal_to_log("10.0.0.1", now=100.0) == 1  # the first refusal is logged
+    assert [clients.refusal_to_log("10.0.0.1", now=100.0 + i) for i in range(1, 6)] == [0] * 5
+    assert clients.refusal_to_log("10.0.0.2", now=103.0) == 1  # another address has its own period
+    assert clients.refusal_to_log("10.0.0.1", now=111.0) == 6  # next period: the five quiet ones too
+    for i in range(5000):  # a flood from many addresses stays bounded in memory
+        clients.refusal_to_log(f"10.1.{i // 256}.{i % 256}", now=200.0 + i * 0.001)
+    assert len(clients.logged_at) <= 1024 and len(clients.refused) <= 1024
