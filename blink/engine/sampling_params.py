@@ -19,9 +19,11 @@ _L = SAMPLING_LIMITS
 # Below this a temperature is treated as greedy: dividing logits by it overflows float32 softmax.
 GREEDY_TEMPERATURE = 1e-5
 # Priority classes, most urgent first (rank 0): real-time speech, then chat (the default), then bulk
-# work that only fills capacity the others leave (the scheduler reads the rank).
-PRIORITY_RANK = {"voice": 0, "interactive": 1, "batch": 2}
+# work that only fills capacity the others leave, then work done only while the engine has nothing
+# else at all (pre-computation): the scheduler reads the rank.
+PRIORITY_RANK = {"voice": 0, "interactive": 1, "batch": 2, "idle": 3}
 BATCH_RANK = PRIORITY_RANK["batch"]
+IDLE_RANK = PRIORITY_RANK["idle"]
 
 
 @dataclass

@@ -14,6 +14,11 @@ batch requests. So batch work fills spare capacity, is preempted first, and a ne
 request is scheduled in the first step after it arrives, as if no batch work were running; a
 step computing an urgent request's first token carries no batch work at all.
 
+The idle class sits below batch: its requests are scheduled only in steps where no other request
+is running or waiting at all, under the batch lane's caps, so a user request that arrives waits
+for at most the one idle step in progress; idle requests keep their KV blocks while paused and
+are the first to be preempted when anyone needs them.
+
 Bulk sequences (``SamplingParams.bulk``: a request's sequences beyond its first) are more than
 one stream's fair share. While another request's urgent sequence that is not bulk is running or
 waiting, they are served in the batch lane (its caps, preempted first, never in a first-token
@@ -31,7 +36,7 @@ from dataclasses import dataclass, field
 from blink.engine.block_manager import BlockManager
 from blink.engine.config import EngineConfig
 from blink.engine.errors import InvalidParameterError, PromptTooLongError
-from blink.engine.sampling_params import BATCH_RANK, PRIORITY_RANK
+from blink.engine.sampling_params import BATCH_RANK, IDLE_RANK, PRIORITY_RANK
 from blink.engine.sequence import Sequence, SequenceStatus
 
 # Finish reason for a request that outgrew the whole KV pool: it can never continue, and
@@ -229,9 +234,16 @@ class Scheduler:
         if not any(s.seq.num_output_tokens == 0 for s in scheduled):
             cap = self.config.max_batch_tokens
             budget = min(budget, cap) if cap > 0 else budget
+            i, budget = self._schedule_running(i, budget, IDLE_RANK, scheduled, preempted, finished)
+            if not preempted and not finished:
+                i, budget = self._admit(i, scheduled, budget, BATCH_RANK, preempted, finished)
+        # The idle class only ever runs alone: any other request, running or waiting, pauses it.
+        if not scheduled and not preempted and not finished and self._only_idle_left():
+            cap = self.config.max_batch_tokens
+            budget = min(budget, cap) if cap > 0 else budget
             i, budget = self._schedule_running(i, budget, len(PRIORITY_RANK), scheduled, preempted, finished)
             if not preempted and not finished:
-                self._admit(i, scheduled, budget, BATCH_RANK, preempted, finished)
+                self._admit(i, scheduled, budget, IDLE_RANK, preempted, finished)
 
         return SchedulerOutput(
             scheduled=scheduled,
@@ -393,6 +405,11 @@ class Scheduler:
                 self.admitted_by_rank[seq.priority_rank] += 1
                 self.wait_s_by_rank[seq.priority_rank] += seq.first_scheduled_time - seq.arrival_time
         return i, budget
+
+    def _only_idle_left(self) -> bool:
+        """No request of any other class is running or waiting (both lists are in rank order)."""
+        return ((not self.running or self.running[0].priority_rank >= IDLE_RANK)
+                and (not self.waiting or self.waiting[0].priority_rank >= IDLE_RANK))
 
     def _num_running_batch(self) -> int:
         return sum(1 for s in self.running if s.priority_rank >= BATCH_RANK)

@@ -92,7 +92,7 @@ def _prompts(prompt: Prompt) -> list[str | list[int]]:
 
 # Priorities a client may ask for with ``x-blink-priority``, most urgent first (``normal`` is an
 # alias of the default, ``interactive``, kept for existing clients).
-PRIORITIES = ("voice", "interactive", "normal", "batch")
+PRIORITIES = ("voice", "interactive", "normal", "batch", "idle")
 
 
 def apply_routing_headers(req: GenerationRequest, headers: Mapping[str, str]) -> GenerationRequest:

@@ -63,7 +63,7 @@ SERIES_DOC = """\
 | `blink_spec_decode_acceptance_rate` | gauge | model_name | speculative-decoding acceptance rate, 0-1 |
 | `blink_spec_decode_tokens_per_step` | gauge | model_name | tokens emitted per speculative verification step |
 | `blink_engine_batch_size` | gauge | model_name | sequences in the last engine step |
-| `blink_engine_queue_depth` | gauge | model_name, priority | requests waiting in the engine per priority class (voice, interactive, batch) |
+| `blink_engine_queue_depth` | gauge | model_name, priority | requests waiting in the engine per priority class (voice, interactive, batch, idle) |
 | `blink_engine_running` | gauge | model_name, priority | requests running in the engine per priority class |
 | `blink_engine_admitted_total` | counter | model_name, priority | requests the engine admitted per priority class |
 | `blink_engine_queue_wait_seconds_total` | counter | model_name, priority | summed engine queue wait (arrival to first step) per priority class; divide by `blink_engine_admitted_total` for the mean |

@@ -164,7 +164,7 @@ def test_voice_is_admitted_before_interactive_before_batch() -> None:
     sched.add(seq("voice", [5, 6], 1, "voice"))
     order = [loop.step()[0] for _ in range(3)]
     assert order == ["voice", "chat", "batch"]
-    assert sched.admitted_by_rank == [1, 1, 1]
+    assert sched.admitted_by_rank == [1, 1, 1, 0]
     assert all(w >= 0.0 for w in sched.wait_s_by_rank)
     assert_no_leaks(sched)
 
@@ -174,9 +174,9 @@ def test_queue_depth_by_class() -> None:
     for rid, prio in [("a", "batch"), ("b", "batch"), ("c", "interactive"), ("d", "voice")]:
         sched.add(seq(rid, [1, 2], 1, prio))
     assert [q.request_id for q in sched.waiting] == ["d", "c", "a", "b"]
-    assert sched.waiting_by_rank() == [1, 1, 2]
+    assert sched.waiting_by_rank() == [1, 1, 2, 0]
     sched.schedule()
-    assert sched.running_by_rank() == [1, 0, 0] and sched.waiting_by_rank() == [0, 1, 2]
+    assert sched.running_by_rank() == [1, 0, 0, 0] and sched.waiting_by_rank() == [0, 1, 2, 0]
 
 
 def test_unknown_priority_is_rejected_with_the_field_name() -> None:
@@ -279,14 +279,14 @@ def test_bulk_runs_as_its_own_class_on_an_idle_engine() -> None:
     for k in range(4):
         sched.add(bulk(f"h{k}", [2, 7, 1 + k], 30))
     loop.step()
-    assert sched.running_by_rank() == [0, 4, 0]  # all four at once, as interactive work
+    assert sched.running_by_rank() == [0, 4, 0, 0]  # all four at once, as interactive work
     sched.add(seq("chat", [8, 8, 8], 3))
     assert loop.step() == ["chat"]  # the chat's first-token step runs without them
-    assert sched.running_by_rank() == [0, 1, 4]  # demoted, not preempted (slots and blocks suffice)
+    assert sched.running_by_rank() == [0, 1, 4, 0]  # demoted, not preempted (slots and blocks suffice)
     while "chat" not in loop.outputs:
         loop.step()
     loop.step()
-    assert sched.running_by_rank() == [0, 4, 0]
+    assert sched.running_by_rank() == [0, 4, 0, 0]
     loop.run()
     assert all(loop.outputs[f"h{k}"] == reference([2, 7, 1 + k], 30) for k in range(4))
     assert_no_leaks(sched)
@@ -319,12 +319,12 @@ def test_a_requests_own_first_sequence_does_not_demote_its_others() -> None:
         sched.add(bulk(f"n{k}", [4, 4, 4], 20))
     sched.add(bulk("m0", [6, 6], 20, group="other", lead=True))
     assert loop.step() == ["n0", "m0"]  # m0 (another request) demotes n1-n3 out of the first-token step
-    assert sched.waiting_by_rank() == [0, 0, 3]
+    assert sched.waiting_by_rank() == [0, 0, 3, 0]
     loop.run()
     sched.add(bulk("n0", [4, 4, 4], 20, lead=True))
     for k in range(1, 4):
         sched.add(bulk(f"n{k}", [4, 4, 4], 20))
     assert sorted(loop.step()) == ["n0", "n1", "n2", "n3"]
-    assert sched.running_by_rank() == [0, 4, 0]
+    assert sched.running_by_rank() == [0, 4, 0, 0]
     loop.run()
     assert_no_leaks(sched)

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-_LANES = ("voice", "interactive", "normal", "batch")
+_LANES = ("voice", "interactive", "normal", "batch", "idle")
 # EWMA weight of the newest service time (about the last ten requests).
 _ALPHA = 0.1
 
@@ -94,7 +94,7 @@ class AdmissionController:
             self.in_flight += 1
             fut.set_result(Ticket(self))
             return fut
-        limit = self.config.max_queue // 2 if lane == "batch" else self.config.max_queue
+        limit = self.config.max_queue // 2 if lane in ("batch", "idle") else self.config.max_queue
         if self.queued >= limit or (
             budget_ms is not None and self.predicted_wait_ms(lane) + (ttft_ms or 0.0) > budget_ms
         ):
