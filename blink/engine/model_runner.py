@@ -124,10 +124,11 @@ class ModelRunner:
 
     def _input_ranges(self, token_ids: Seq[int]) -> dict[str, torch.Tensor] | None:
         """Per-input-channel ``max |x|`` of every quantizable linear over one prefill of up to
-        CALIBRATION_TOKENS of ``token_ids`` (None if fewer than two fit the pool/context)."""
-        ids = list(token_ids)[: min(CALIBRATION_TOKENS, self.max_model_len)]
+        CALIBRATION_TOKENS of ``token_ids``, as many as the context and the KV pool hold (None if
+        fewer than two do: W8A8 then runs unsmoothed)."""
+        ids = list(token_ids)[: min(CALIBRATION_TOKENS, self.max_model_len, self.num_blocks * self.block_size)]
         blocks = -(-len(ids) // self.block_size)
-        if len(ids) < 2 or blocks > self.num_blocks:
+        if len(ids) < 2:
             return None
         with recorded_input_ranges(self.model) as ranges:
             self.execute_spans([RunSpan("calibration", ids, 0, list(range(blocks)))])

@@ -17,6 +17,7 @@ from blink.engine.layers.linear import Linear
 from blink.engine.layers.linear_int8 import GEMV_DENSE_MAX_ROWS, Int8Linear
 from blink.engine.layers.smoothing import calibration_text, recorded_input_ranges, smoothing_factors
 from blink.engine.llm_engine import LLMEngine
+from blink.engine.sampling_params import SamplingParams
 
 needs_kernels = pytest.mark.skipif(not w8a8_available(), reason="needs the W8A8 kernels (AVX-512 + a compiler)")
 REPO = Path(__file__).resolve().parents[2]
@@ -90,9 +91,9 @@ def test_smoothed_w8a8_tames_an_outlier_channel_and_leaves_decode_rows_as_int8(k
 
 @needs_kernels
 def test_the_engine_calibrates_w8a8_at_start_and_only_w8a8(tiny_llama: Path) -> None:
-    def engine(quantization: str) -> LLMEngine:
+    def engine(quantization: str, max_model_len: int = 512) -> LLMEngine:
         cfg = EngineConfig(model=str(tiny_llama), dtype="bfloat16", quantization=quantization,  # type: ignore[arg-type]
-                           threads=1, max_model_len=512)
+                           threads=1, max_model_len=max_model_len)
         return LLMEngine(cfg, tiny_llama)
 
     w8a8, int8 = engine("int8-w8a8"), engine("int8")
@@ -107,3 +108,8 @@ def test_the_engine_calibrates_w8a8_at_start_and_only_w8a8(tiny_llama: Path) -> 
         assert scale is not None and scale.shape == (layer.in_features + layer._pad,)
         assert bool(torch.isfinite(scale).all()) and bool((scale > 0).all())
     assert all(m.x_col_scale is None for m in int8.runner.model.modules() if isinstance(m, Int8Linear))
+    # A context shorter than the calibration text: calibrated on what fits, and it serves.
+    short = engine("int8-w8a8", max_model_len=24)
+    assert short.runner.smoothed_w8a8
+    params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    assert [len(o) for o in short.generate([list(range(3, 20))], params)] == [3]
