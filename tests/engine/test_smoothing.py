@@ -113,3 +113,14 @@ def test_the_engine_calibrates_w8a8_at_start_and_only_w8a8(tiny_llama: Path) -> 
     assert short.runner.smoothed_w8a8
     params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
     assert [len(o) for o in short.generate([list(range(3, 20))], params)] == [3]
+
+
+@needs_kernels
+@pytest.mark.parametrize("arch", ["tiny_qwen2", "tiny_qwen3"])  # QKV bias; per-head q/k norms
+def test_qwen_models_calibrate_and_serve_w8a8_prefills(arch: str, request: pytest.FixtureRequest) -> None:
+    path: Path = request.getfixturevalue(arch)
+    cfg = EngineConfig(model=str(path), dtype="bfloat16", quantization="int8-w8a8", threads=1, max_model_len=256)
+    engine = LLMEngine(cfg, path)
+    assert engine.runner.smoothed_w8a8
+    params = SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    assert [len(o) for o in engine.generate([list(range(3, 43))], params)] == [3]  # 40 rows: W8A8
