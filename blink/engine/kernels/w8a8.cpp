@@ -6,8 +6,10 @@
 // torch's threads by rows.
 //
 // Exactness contract (the tests check it bit for bit):
-//   quantize_rows: scale[m] = max(absmax(x[m]), tiny) / 127 (fp32), q = round-half-even(x * (127 /
-//     max(absmax, tiny))) saturated to [-127, 127]; |q * scale - x| <= scale / 2 up to fp32 rounding.
+//   quantize_rows: with u = x, or u = x * col_scale (fp32, per column) when a column scale is given
+//     (the SmoothQuant factors of linear_int8.py), scale[m] = max(absmax(u[m]), tiny) / 127 (fp32),
+//     q = round-half-even(u * (127 / max(absmax, tiny))) saturated to [-127, 127];
+//     |q * scale - u| <= scale / 2 up to fp32 rounding.
 //   dequant_rows: y = out_dtype((float(acc) * w_scale[n]) * x_scale[m] + float(bias[n])), each
 //     operation rounded in fp32 in that order (built with -ffp-contract=off, so no FMA contraction),
 //     bf16 output rounded to nearest even like torch's vectorised cast (bf16_simd.h).
@@ -43,11 +45,18 @@ inline __m512 load16(const float* p, __mmask16 mask) { return _mm512_maskz_loadu
 
 using blink::simd::lanes;
 
+// 16 elements of the row, times their column scales when there are any (one rounding in fp32).
 template <typename T>
-void quantize_row(const T* x, int64_t K, int8_t* q, float* scale) {
+inline __m512 load_scaled(const T* x, const float* col, int64_t k, __mmask16 mask) {
+  const __m512 v = load16(x + k, mask);
+  return col == nullptr ? v : _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, col + k));
+}
+
+template <typename T>
+void quantize_row(const T* x, const float* col, int64_t K, int8_t* q, float* scale) {
   __m512 vmax = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; k += 16) {
-    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(load16(x + k, lanes(k, K))));
+    vmax = _mm512_max_ps(vmax, _mm512_abs_ps(load_scaled(x, col, k, lanes(k, K))));
   }
   const float absmax = std::max(_mm512_reduce_max_ps(vmax), kTinyAbsmax);
   *scale = absmax / kInt8Max;
@@ -56,17 +65,24 @@ void quantize_row(const T* x, int64_t K, int8_t* q, float* scale) {
   for (int64_t k = 0; k < K; k += 16) {
     const __mmask16 mask = lanes(k, K);
     // x * inv can round a hair past +-127 (absmax * (127 / absmax)); clamp before converting.
-    const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(load16(x + k, mask), inv), lo), hi);
+    const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(load_scaled(x, col, k, mask), inv), lo), hi);
     const __m512i i = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_mask_storeu_epi8(q + k, mask, _mm512_cvtsepi32_epi8(i));
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
+std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const std::optional<at::Tensor>& col_scale) {
   TORCH_CHECK(x.dim() == 2, "quantize_rows: x must be [M, K]");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "quantize_rows: x must be bf16 or fp32");
   const auto xc = x.contiguous();
   const int64_t M = xc.size(0), K = xc.size(1);
+  const bool has_col = col_scale.has_value() && col_scale->defined();
+  if (has_col) {
+    TORCH_CHECK(col_scale->dim() == 1 && col_scale->size(0) == K && col_scale->scalar_type() == at::kFloat,
+                "quantize_rows: col_scale must be fp32 [K]");
+  }
+  const auto cc = has_col ? col_scale->contiguous() : at::Tensor();
+  const float* cp = has_col ? cc.data_ptr<float>() : nullptr;
   auto q = at::empty({M, K}, xc.options().dtype(at::kChar));
   auto scales = at::empty({M}, xc.options().dtype(at::kFloat));
   int8_t* qp = q.data_ptr<int8_t>();
@@ -76,9 +92,9 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x) {
   at::parallel_for(0, M, grain_rows(K), [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       if (bf16) {
-        quantize_row(static_cast<const c10::BFloat16*>(xp) + m * K, K, qp + m * K, sp + m);
+        quantize_row(static_cast<const c10::BFloat16*>(xp) + m * K, cp, K, qp + m * K, sp + m);
       } else {
-        quantize_row(static_cast<const float*>(xp) + m * K, K, qp + m * K, sp + m);
+        quantize_row(static_cast<const float*>(xp) + m * K, cp, K, qp + m * K, sp + m);
       }
     }
   });
@@ -145,7 +161,7 @@ at::Tensor dequant_rows(const at::Tensor& acc, const at::Tensor& x_scales, const
 
 // FRAGMENT: the blink namespace is shared with the other kernel libraries.
 TORCH_LIBRARY_FRAGMENT(blink, m) {
-  m.def("quantize_rows(Tensor x) -> (Tensor, Tensor)");
+  m.def("quantize_rows(Tensor x, Tensor? col_scale=None) -> (Tensor, Tensor)");
   m.def("dequant_rows(Tensor acc, Tensor x_scales, Tensor w_scales, Tensor? bias, bool float_output) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(blink, CPU, m) {

@@ -39,7 +39,7 @@ def _build() -> bool:
         return False
 
     @torch.library.register_fake("blink::quantize_rows")
-    def _fake_quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _fake_quantize(x: torch.Tensor, col_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return x.new_empty(x.shape, dtype=torch.int8), x.new_empty((x.shape[0],), dtype=torch.float32)
 
     @torch.library.register_fake("blink::dequant_rows")
@@ -89,10 +89,12 @@ def w8a8_linear(
     w_scales: torch.Tensor,
     bias: torch.Tensor | None,
     float_output: bool,
+    col_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x [M, K]`` (bf16/fp32) times the int8 weight ``qweight_kn`` (``[K, N]``, any strides
     ``_int_mm`` takes) with fp32 per-output-channel ``w_scales``: ``[M, N]`` bf16 (fp32 when
-    ``float_output``)."""
-    xq, x_scales = torch.ops.blink.quantize_rows(x)
+    ``float_output``). ``col_scale`` (fp32 ``[K]``) multiplies ``x``'s columns before they are
+    quantized: SmoothQuant's ``1 / s`` where the weight was smoothed (layers/smoothing.py)."""
+    xq, x_scales = torch.ops.blink.quantize_rows(x, col_scale)
     acc = torch._int_mm(xq, qweight_kn)
     return torch.ops.blink.dequant_rows(acc, x_scales, w_scales, bias, float_output)

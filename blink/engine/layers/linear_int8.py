@@ -11,6 +11,9 @@ fp32 summation order, faster at streaming the weights; at 4-64 rows it runs bf16
 (vdpbf16ps) on the widened int8 weights, ahead of aten's int8 kernel at every row count.
 Mode ``int8-w8a8`` also quantizes the activations of many-row (prefill) calls, one scale per row,
 and runs oneDNN's int8 GEMM (VNNI) on the same int8 weights: no dense copy (kernels/w8a8.py).
+Given calibrated activation ranges, a layer's W8A8 path is smoothed instead (layers/smoothing.py):
+its own int8 copy of the weight with SmoothQuant's per-input-channel factors folded in, the
+activations divided by them as they are quantized; the weight-only int8 path is left as it is.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from blink.engine.kernels.int8_gemv import int8_gemv_available
 from blink.engine.kernels.w8a8 import w8a8_available, w8a8_linear
 from blink.engine.layers.linear_fp8 import quantize_model_fp8
 from blink.engine.layers.packed_linear import packed_copy, packed_linear
+from blink.engine.layers.smoothing import DEFAULT_ALPHA, smoothing_factors
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,8 @@ class Int8Linear(nn.Module):
         keep_dense: bool = False,
         gemv: bool = False,
         w8a8: bool = False,
+        act_absmax: torch.Tensor | None = None,
+        alpha: float = DEFAULT_ALPHA,
     ) -> None:
         super().__init__()
         # Eager calls use blink::int8_gemv (the caller checked it is built).
@@ -95,6 +101,17 @@ class Int8Linear(nn.Module):
         # no copy) and the fp32 scales, so the dequantization does not round them to bf16.
         self.w8a8_weight: torch.Tensor | None = q.t() if w8a8 else None
         self.w_scales: torch.Tensor | None = scales if w8a8 else None
+        # With calibrated input ranges (``act_absmax``, per input channel), the W8A8 path is
+        # SmoothQuant's: its own int8 weight ``W * s`` and the activations times ``1 / s``
+        # (padding columns times 1), applied by blink::quantize_rows as it quantizes them.
+        self.x_col_scale: torch.Tensor | None = None
+        if w8a8 and act_absmax is not None:
+            smooth = smoothing_factors(act_absmax, weight, alpha)
+            sq, sscales = quantize_per_channel(weight.detach().to(torch.float32) * smooth)
+            if self._pad:
+                sq = torch.nn.functional.pad(sq, (0, self._pad))
+            self.w8a8_weight, self.w_scales = sq.t(), sscales
+            self.x_col_scale = torch.nn.functional.pad(smooth.reciprocal(), (0, self._pad), value=1.0)
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         # oneDNN-packed copy of ``dense`` (packed_linear.py), set by ``prepack``.
         self.packed_dense: torch.Tensor | None = None
@@ -156,16 +173,19 @@ class Int8Linear(nn.Module):
         bias: torch.Tensor | None = self.bias
         if bias is not None and bias.dtype not in (torch.bfloat16, torch.float32):
             bias = bias.float()
-        y = w8a8_linear(x2, weight, w_scales, bias, fp32_out)
+        y = w8a8_linear(x2, weight, w_scales, bias, fp32_out, self.x_col_scale)
         return y if self.float_output else y.to(x.dtype)
 
 
-def quantize_model(model: nn.Module, mode: str) -> int:
+def quantize_model(model: nn.Module, mode: str, input_ranges: dict[str, torch.Tensor] | None = None) -> int:
     """Swap every module that declares ``quantizable_linear`` for an :class:`Int8Linear`.
 
     Returns how many were replaced. ``"none"`` leaves the model as loaded. A tied LM head gets
     its own int8 copy while the embedding lookup keeps the full-precision table. On CPU the
     decode-row kernel is built here (engine start, before warm-up) when the machine supports it.
+    ``input_ranges`` (module name -> per-input-channel ``max |x|`` from a calibration forward,
+    layers/smoothing.py) smooths the W8A8 path of the layers it names; other modes ignore it,
+    since only W8A8 quantizes activations.
     """
     if mode not in QUANTIZATION_MODES:
         raise EngineError(f"unknown quantization {mode!r}; expected one of {', '.join(QUANTIZATION_MODES)}")
@@ -189,13 +209,20 @@ def quantize_model(model: nn.Module, mode: str) -> int:
         parent = model.get_submodule(parent_name) if parent_name else model
         weight = module.weight  # type: ignore[union-attr]
         bias = getattr(module, "bias", None)
+        # The LM head stays weight-only int8 at every row count: its activation rounding lands
+        # unaveraged on every logit (it was most of W8A8's perplexity loss on real weights:
+        # benchmarks/RESULTS.md, "W8A8 with SmoothQuant"), and serving runs it on a few rows
+        # per sequence anyway (the last position, or 1 + K verified tokens), where W8A8 never
+        # applies; only long prompt-logprob requests would have taken its W8A8 path.
+        head = bool(getattr(module, "float_output", False))
         replacement = Int8Linear(
             weight,
             bias,
-            float_output=bool(getattr(module, "float_output", False)),
+            float_output=head,
             keep_dense=mode == "int8-dense-prefill",
             gemv=gemv,
-            w8a8=w8a8,
+            w8a8=w8a8 and not head,
+            act_absmax=(input_ranges or {}).get(name) if w8a8 and not head else None,
         )
         setattr(parent, attr, replacement.to(weight.device))  # type: ignore[union-attr]
     return len(targets)
