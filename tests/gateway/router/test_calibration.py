@@ -112,3 +112,11 @@ async def test_classifier_score_predicts_what_the_policy_does() -> None:
 
 def test_a_negative_threshold_is_margin_zero() -> None:
     assert margin_from_threshold(0.3) == 0.0 and margin_from_threshold(-0.25) == 0.25
+
+
+def test_the_route_settings_and_the_policy_share_the_calibrated_default() -> None:
+    from blink.gateway.router.cascade import CascadeConfig
+    from blink.routing_config import CascadeSettings
+
+    settings, config = CascadeSettings(), CascadeConfig()
+    assert (settings.probe_tokens, settings.min_mean_logprob) == (config.probe_tokens, config.min_mean_logprob)
