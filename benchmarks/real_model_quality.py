@@ -21,9 +21,8 @@ Three tables, each headed by the CPU model and its bf16/int8 flags:
    answers identical, and the share of reference tokens matched before the first divergence.
 3. Speculative decoding at batch 1 on real chat answers (rewrite/edit requests, where the answer
    repeats the prompt, and open questions): n-gram prompt lookup on vs off, same engine config,
-   alternating; identical greedy output, acceptance and speed-up. There is no draft model: the
-   only real weights here are this model (a draft of itself would accept everything and gain
-   nothing), so the draft proposer is not measured on real weights.
+   alternating; identical greedy output, acceptance and speed-up. The draft-model proposer on real
+   weights (the model's own first layers as its draft) is benchmarks/self_draft.py.
 
 The machine these figures come from is shared: treat timings as measured on a loaded machine.
 """

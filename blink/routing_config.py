@@ -82,9 +82,19 @@ class HedgeSettings(_Strict):
     min_samples: int = Field(default=20, ge=1)
 
 
+# Both calibrated on the real SmolLM2-135M-Instruct's answers to questions with checkable
+# answers (benchmarks/router_calibration.py; before/after in benchmarks/RESULTS.md): chosen
+# together on one half of the questions for balanced accuracy (wrong answers escalated, right
+# ones kept), reported on the other half. Its first 4 tokens separated right from wrong
+# answers better than 8, 16 or 32 there, and cost the least TTFT on an escalation. The old
+# hand-set -1.0 over 8 tokens (from tiny random weights) escalated almost nothing.
+DEFAULT_PROBE_TOKENS = 4
+DEFAULT_MIN_MEAN_LOGPROB = -0.34
+
+
 class CascadeSettings(_Strict):
-    probe_tokens: int = Field(default=8, ge=1)
-    min_mean_logprob: float = -1.0
+    probe_tokens: int = Field(default=DEFAULT_PROBE_TOKENS, ge=1)
+    min_mean_logprob: float = DEFAULT_MIN_MEAN_LOGPROB
 
 
 class AffinitySettings(_Strict):

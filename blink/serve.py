@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from fastapi import FastAPI
 
@@ -35,6 +35,9 @@ from blink.modelserver.server import ModelServer
 from blink.obs.metrics import GatewayMetrics
 from blink.routing_config import ClassifierSettings
 from blink.voice_gateway import VoiceService
+
+if TYPE_CHECKING:
+    from blink.demo.default_model import FallbackModel
 
 
 class EmbeddedBackendMissingError(RuntimeError):
@@ -86,15 +89,20 @@ def _embedded(model: ModelSettings) -> Backend:
             f"model '{model.name}' is embedded, but the embedded backend cannot be imported ({exc}); "
             "serve an OpenAI-compatible upstream with --upstream URL instead"
         ) from exc
-    fallback = None
-    if model.model == DEFAULT_EMBEDDED_MODEL:
-        # Only the default model falls back (to SmolLM2 from PyPI, else the random demo model);
-        # a model the user named fails loudly.
-        from blink.demo.default_model import default_model_fallback
-
-        fallback = default_model_fallback
-    backend: Backend = embedded.create_embedded_backend(model, fallback_model=fallback)
+    backend: Backend = embedded.create_embedded_backend(model, fallback_model=model_fallback(model))
     return backend
+
+
+def model_fallback(model: ModelSettings) -> Callable[[], FallbackModel] | None:
+    """What an embedded model falls back to when it cannot be had: the one decision every entry
+    point (``blink serve``, ``blink engine serve``, a config file, the voice agent's and the
+    dashboard's default model) goes through. Only the default model falls back (to SmolLM2 from
+    PyPI, else the random demo model); a model the user named fails loudly."""
+    if model.kind != "embedded" or model.model != DEFAULT_EMBEDDED_MODEL:
+        return None
+    from blink.demo.default_model import default_model_fallback
+
+    return default_model_fallback
 
 
 def build_registry(settings: Settings, encoder: EncoderClient | None = None) -> BackendRegistry:

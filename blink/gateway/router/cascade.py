@@ -12,14 +12,13 @@ from dataclasses import dataclass
 
 from blink.backends.base import Delta, GenerationRequest
 from blink.gateway.router.policy import Route, TierView
+from blink.routing_config import DEFAULT_MIN_MEAN_LOGPROB, DEFAULT_PROBE_TOKENS
 
 
 @dataclass(slots=True)
 class CascadeConfig:
-    # 8 tokens: enough for a stable mean, few enough that escalation costs little TTFT.
-    probe_tokens: int = 8
-    # Mean logprob -1.0 ~ the model gave its tokens ~37% on average: clearly unsure.
-    min_mean_logprob: float = -1.0
+    probe_tokens: int = DEFAULT_PROBE_TOKENS
+    min_mean_logprob: float = DEFAULT_MIN_MEAN_LOGPROB
 
 
 class ConfidenceProbe:

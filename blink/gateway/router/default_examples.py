@@ -1,6 +1,7 @@
 """Built-in example prompts for the default classifier's labels: simple, medium, complex.
 
-simple: chit-chat, lookups, one-line rewrites (a 135M-1B model answers them);
+simple: chit-chat, lookups, one-line rewrites (a ~1B model answers them; the real 135M SmolLM2
+misses most of the arithmetic and common-sense ones: benchmarks/router_calibration.py);
 medium: explanations, summaries, short code (a 7-8B model); complex: multi-step reasoning,
 design, long proofs and programs (a frontier model). Override them per route in the config.
 """
