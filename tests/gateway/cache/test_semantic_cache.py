@@ -71,7 +71,7 @@ def test_paraphrase_is_a_semantic_hit(semantic: tuple[LiveServer, Any], keys: tu
     _fill(semantic, keys[1], "How do I cancel my travel insurance policy?")
     resp = _ask(server, keys[1], "How can I cancel my travel insurance policy?")
     assert resp.headers["x-blink-cache"] == "semantic"
-    assert 0.75 <= float(resp.headers["x-blink-cache-similarity"]) <= 1.0
+    assert 0.72 <= float(resp.headers["x-blink-cache-similarity"]) <= 1.0
     assert resp.json()["choices"][0]["message"]["content"].startswith(" t0")
 
 
