@@ -10,8 +10,9 @@ conversation the moment it has the answer finds it (the store writes behind, ser
 it has not written yet from memory: ``write_behind.py``).
 
 The opening events (``response.created``, ``response.in_progress``: two snapshots of the response)
-are rendered while the backend is being asked, not after its first token: the first token then
-costs the gateway what a chat chunk costs plus its item's opening events.
+are rendered while the backend is being asked, not after its first token, and so are the opening
+events of a message item: a first token that is text then costs the gateway about what a chat
+chunk costs.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class ResponsesResponse(GenerationResponse):
     def _open(self) -> list[bytes]:
         if self._opening is None:
             self._opening = self._renderer.start()
+            self._renderer.prepare_message()
         return self._opening
 
     async def _settle(self) -> list[bytes]:

@@ -61,6 +61,8 @@ class ResponseRenderer:
         self._message: dict[str, Any] | None = None  # the open message item
         self._text: list[str] = []  # the open message's text so far, joined when it closes
         self._text_mid = b""  # the bytes of its text delta event between sequence number and delta
+        # (first sequence number, message item, its opening events) rendered ahead: prepare_message
+        self._prepared: tuple[int, dict[str, Any], list[bytes]] | None = None
         self._calls: dict[int, dict[str, Any]] = {}  # chat tool-call index -> its function_call item
         self._open_call: dict[str, Any] | None = None
         # False once the store declined the response (over its budget): the object says so.
@@ -144,19 +146,36 @@ class ResponseRenderer:
 
     # -- items --------------------------------------------------------------------------------
 
-    def _open_message(self) -> list[bytes]:
+    def prepare_message(self) -> None:
+        """Render the first output item's opening events ahead, as a message: called while the
+        backend is being asked, so a first token that is text (the usual case) costs only its delta.
+        Unused (and harmless) when the output starts otherwise."""
+        if self._prepared is None and not self.output:
+            self._prepared = (self._seq, *self._message_opening(self._seq))
+
+    def _message_opening(self, seq: int) -> tuple[dict[str, Any], list[bytes]]:
+        """A new message item at ``len(output)`` and its two opening events, numbered from ``seq``."""
         msg = {"id": new_id("msg"), "type": "message", "status": "in_progress", "role": "assistant",
                "content": [], "_index": len(self.output)}
+        added = _encode("response.output_item.added", seq, output_index=msg["_index"], item=_public(msg))
+        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        msg["content"].append(part)
+        return msg, [added, _encode("response.content_part.added", seq + 1, item_id=msg["id"],
+                                    output_index=msg["_index"], content_index=0, part=dict(part))]
+
+    def _open_message(self) -> list[bytes]:
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared[0] == self._seq and not self.output:
+            _, msg, events = prepared
+        else:
+            msg, events = self._message_opening(self._seq)
+        self._seq += 2
         self.output.append(msg)
         self._message = msg
         self._text = []
         self._text_mid = (b',"item_id":"' + msg["id"].encode() + b'","output_index":' + str(msg["_index"]).encode()
                           + b',"content_index":0,"delta":')
-        added = self._event("response.output_item.added", output_index=msg["_index"], item=_public(msg))
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-        msg["content"].append(part)
-        return [added, self._event("response.content_part.added", item_id=msg["id"], output_index=msg["_index"],
-                                   content_index=0, part=dict(part))]
+        return events
 
     def _join_text(self) -> None:
         """The open message's text into its part (kept as pieces while it streams: no quadratic joins)."""
@@ -211,9 +230,8 @@ class ResponseRenderer:
                 self._event("response.output_item.done", output_index=i, item=_public(item))]
 
     def _event(self, kind: str, **fields: Any) -> bytes:
-        event = {"type": kind, "sequence_number": self._seq, **fields}
         self._seq += 1
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+        return _encode(kind, self._seq - 1, **fields)
 
     def _wrap(self, kind: str, key: bytes, encoded: bytes) -> bytes:
         """An event whose one field (``key``) is already encoded."""
@@ -222,6 +240,11 @@ class ResponseRenderer:
         k = kind.encode()
         return (b"event: " + k + b'\ndata: {"type":"' + k + b'","sequence_number":' + seq + b',"' + key + b'":'
                 + encoded + b"}\n\n")
+
+
+def _encode(kind: str, seq: int, **fields: Any) -> bytes:
+    event = {"type": kind, "sequence_number": seq, **fields}
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 def _public(item: dict[str, Any]) -> dict[str, Any]:
