@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import httpx
 import openai
+import orjson
 import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
@@ -80,7 +81,7 @@ def test_an_upstream_failure_midway_ends_the_stream_with_response_failed(gateway
     assert kinds[0] == "response.created" and kinds[-2:] == ["error", "response.failed"]
 
 
-def _render(deltas: list[Delta]) -> list[dict[str, object]]:
+def _render(deltas: list[Delta]) -> list[bytes]:
     r = ResponseRenderer("resp_1", "m", ResponsesRequest(input="x"), [], "auto")
     events = r.start()
     for d in deltas:
@@ -93,7 +94,7 @@ def test_the_decoder_reads_back_what_the_renderer_writes() -> None:
     args = {"index": 0, "function": {"arguments": '{"x": 1}'}}
     sent = [Delta(text="Hi"), Delta(text=" there"), Delta(tool_calls=[head]), Delta(tool_calls=[args]),
             Delta(finish_reason="tool_calls", usage=Usage(5, 4, 2))]
-    body = sse(_render(sent))  # type: ignore[arg-type]
+    body = sse(_render(sent))
     decoder = ResponsesEventDecoder("up")
     got = [d for k in range(0, len(body), 7) for d in decoder.feed(body[k:k + 7])]  # split anywhere
     assert decoder.done and decoder.error is None
@@ -101,7 +102,7 @@ def test_the_decoder_reads_back_what_the_renderer_writes() -> None:
     calls = [c for d in got for c in d.tool_calls or ()]
     assert calls == [head | {"function": {"name": "f", "arguments": ""}}, args]
     assert (got[-1].finish_reason, got[-1].usage) == ("tool_calls", Usage(5, 4, 2))
-    final = _render(sent)[-1]["response"]
+    final = orjson.loads(_render(sent)[-1].split(b"\ndata: ", 1)[1])["response"]  # response.completed
     whole = deltas_from_response(final, "up")  # type: ignore[arg-type]
     assert "".join(d.text for d in whole) == "Hi there" and whole[-1].finish_reason == "tool_calls"
 

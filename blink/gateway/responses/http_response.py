@@ -6,11 +6,18 @@ request timeout, disconnect -> abort, the lease given back, the cache fill and t
 Only what goes on the wire differs: Responses events instead of chat chunks, the response object
 instead of a ``chat.completion``, and ``error`` + ``response.failed`` when a started stream fails.
 Before the last event the response is stored (``save``), so a client that continues the
-conversation the moment it has the answer finds it.
+conversation the moment it has the answer finds it (the store writes behind, serving reads of what
+it has not written yet from memory: ``write_behind.py``).
+
+The opening events (``response.created``, ``response.in_progress``: two snapshots of the response)
+are rendered while the backend is being asked, not after its first token, and so are the opening
+events of a message item: a first token that is text then costs the gateway about what a chat
+chunk costs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -37,14 +44,24 @@ class ResponsesResponse(GenerationResponse):
         super().__init__(*args, **kwargs)
         self._renderer = renderer
         self._save = save
+        self._opening: list[bytes] | None = None
+        self._opening_sent = False
 
-    async def _settle(self) -> list[dict[str, Any]]:
+    def _open(self) -> list[bytes]:
+        if self._opening is None:
+            self._opening = self._renderer.start()
+            self._renderer.prepare_message()
+        return self._opening
+
+    async def _settle(self) -> list[bytes]:
         events = self._renderer.finish()
         if self._save is not None:
             self._renderer.stored = await self._save(self._renderer.response())
         return events + [self._renderer.terminal()]
 
     async def _send_stream(self, it: AsyncIterator[Delta], send: Send, stamp: StreamStamp | None) -> None:
+        # Runs once this task waits on the backend (the loop's next turn): off the first token's path.
+        asyncio.get_running_loop().call_soon(self._open)
         try:
             first: Delta | None = await self._first_delta(it, send)
         except StopAsyncIteration:
@@ -61,9 +78,10 @@ class ResponsesResponse(GenerationResponse):
         else:
             await send(self._start_message(b"text/event-stream", None))
             self._started = True
-        req, r = self._req, self._renderer
+        req = self._req
         agg = ResponseAggregator(req.kind, req.num_choices, False) if self._on_complete is not None else None
-        events = r.start()
+        events = list(self._open())
+        self._opening_sent = True
         try:
             if first is not None:
                 events += self._take(first, agg, stamp)
@@ -86,7 +104,7 @@ class ResponsesResponse(GenerationResponse):
         if agg is not None and self._on_complete is not None:
             self._on_complete(agg)
 
-    def _take(self, delta: Delta, agg: ResponseAggregator | None, stamp: StreamStamp | None) -> list[dict[str, Any]]:
+    def _take(self, delta: Delta, agg: ResponseAggregator | None, stamp: StreamStamp | None) -> list[bytes]:
         if stamp is not None:
             stamp.on(delta)
         if agg is not None:
@@ -125,6 +143,6 @@ class ResponsesResponse(GenerationResponse):
         self._status = err.status
         record_error(err.status, err.type)
         r = self._renderer
-        opening = r.start() if not r.began else []  # headers went out with keep-alives only
+        opening = [] if self._opening_sent else self._open()  # headers went out with keep-alives only
         body = b"".join(pending or ()) + sse(opening + r.fail(err))
         await send({"type": "http.response.body", "body": body, "more_body": False})

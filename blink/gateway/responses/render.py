@@ -9,6 +9,11 @@ item ``output_item.added`` -> (``content_part.added`` -> ``output_text.delta``..
 ``function_call_arguments.done``) -> ``output_item.done``, and last ``response.completed`` (or
 ``response.incomplete``); a failure after the first event ends with ``error`` + ``response.failed``.
 The non-streamed body is the same object ``response.completed`` carries.
+
+Events come out SSE-encoded (bytes), with no pydantic and no per-event dict copies on the way:
+the text delta, one per token, is spliced from bytes prepared when its item opens (as
+``streaming.ChunkEncoder`` does for chat), and the two opening events share one encoding of the
+response snapshot. That per-token work is what a Responses stream pays on top of a chat stream.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from blink.gateway.responses.items import new_id
 from blink.protocol.errors import BlinkError
 from blink.protocol.responses import ResponsesRequest
 
+_TEXT_DELTA = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":'
 # Chat finish reasons that end a response early, as Responses' ``incomplete_details.reason``.
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
@@ -53,6 +59,10 @@ class ResponseRenderer:
         self._error: dict[str, Any] | None = None
         self._seq = 0
         self._message: dict[str, Any] | None = None  # the open message item
+        self._text: list[str] = []  # the open message's text so far, joined when it closes
+        self._text_mid = b""  # the bytes of its text delta event between sequence number and delta
+        # (first sequence number, message item, its opening events) rendered ahead: prepare_message
+        self._prepared: tuple[int, dict[str, Any], list[bytes]] | None = None
         self._calls: dict[int, dict[str, Any]] = {}  # chat tool-call index -> its function_call item
         self._open_call: dict[str, Any] | None = None
         # False once the store declined the response (over its budget): the object says so.
@@ -87,22 +97,21 @@ class ResponseRenderer:
 
     # -- following the deltas -----------------------------------------------------------------
 
-    def start(self) -> list[dict[str, Any]]:
-        snapshot = self.response()
-        return [self._event("response.created", response=snapshot), self._event("response.in_progress",
-                                                                                   response=snapshot)]
+    def start(self) -> list[bytes]:
+        snapshot = orjson.dumps(self.response())
+        return [self._wrap("response.created", b"response", snapshot),
+                self._wrap("response.in_progress", b"response", snapshot)]
 
-    def feed(self, d: Delta) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = []
+    def feed(self, d: Delta) -> list[bytes]:
+        events: list[bytes] = []
         if d.text:
-            msg = self._message
-            if msg is None:
+            if self._message is None:
                 events += self._close_call()
-                msg, opened = self._open_message()
-                events += opened
-            msg["content"][0]["text"] += d.text
-            events.append(self._event("response.output_text.delta", item_id=msg["id"], output_index=msg["_index"],
-                                      content_index=0, delta=d.text, logprobs=[]))
+                events += self._open_message()
+            self._text.append(d.text)
+            events.append(_TEXT_DELTA + str(self._seq).encode() + self._text_mid + orjson.dumps(d.text)
+                          + b',"logprobs":[]}\n\n')
+            self._seq += 1
         for frag in d.tool_calls or ():
             events += self._call_fragment(frag)
         if d.finish_reason is not None:
@@ -111,7 +120,7 @@ class ResponseRenderer:
             self.usage = d.usage
         return events
 
-    def finish(self) -> list[dict[str, Any]]:
+    def finish(self) -> list[bytes]:
         """Close what is open and settle the status; ``terminal`` then gives the last event."""
         events = self._close_message() + self._close_call()
         self.status = "incomplete" if self._incomplete else "completed"
@@ -119,12 +128,13 @@ class ResponseRenderer:
             item.pop("_index", None)
         return events
 
-    def terminal(self) -> dict[str, Any]:
+    def terminal(self) -> bytes:
         kind = "response.incomplete" if self._incomplete else "response.completed"
         return self._event(kind, response=self.response())
 
-    def fail(self, err: BlinkError) -> list[dict[str, Any]]:
+    def fail(self, err: BlinkError) -> list[bytes]:
         """After the stream began: ``error`` then ``response.failed`` (never a silent end)."""
+        self._join_text()
         self.status = "failed"
         self._error = {"code": "server_error", "message": err.message}
         for item in self.output:
@@ -136,18 +146,44 @@ class ResponseRenderer:
 
     # -- items --------------------------------------------------------------------------------
 
-    def _open_message(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def prepare_message(self) -> None:
+        """Render the first output item's opening events ahead, as a message: called while the
+        backend is being asked, so a first token that is text (the usual case) costs only its delta.
+        Unused (and harmless) when the output starts otherwise."""
+        if self._prepared is None and not self.output:
+            self._prepared = (self._seq, *self._message_opening(self._seq))
+
+    def _message_opening(self, seq: int) -> tuple[dict[str, Any], list[bytes]]:
+        """A new message item at ``len(output)`` and its two opening events, numbered from ``seq``."""
         msg = {"id": new_id("msg"), "type": "message", "status": "in_progress", "role": "assistant",
                "content": [], "_index": len(self.output)}
-        self.output.append(msg)
-        self._message = msg
-        added = self._event("response.output_item.added", output_index=msg["_index"], item=_public(msg))
+        added = _encode("response.output_item.added", seq, output_index=msg["_index"], item=_public(msg))
         part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         msg["content"].append(part)
-        return msg, [added, self._event("response.content_part.added", item_id=msg["id"],
-                                        output_index=msg["_index"], content_index=0, part=dict(part))]
+        return msg, [added, _encode("response.content_part.added", seq + 1, item_id=msg["id"],
+                                    output_index=msg["_index"], content_index=0, part=dict(part))]
 
-    def _close_message(self) -> list[dict[str, Any]]:
+    def _open_message(self) -> list[bytes]:
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared[0] == self._seq and not self.output:
+            _, msg, events = prepared
+        else:
+            msg, events = self._message_opening(self._seq)
+        self._seq += 2
+        self.output.append(msg)
+        self._message = msg
+        self._text = []
+        self._text_mid = (b',"item_id":"' + msg["id"].encode() + b'","output_index":' + str(msg["_index"]).encode()
+                          + b',"content_index":0,"delta":')
+        return events
+
+    def _join_text(self) -> None:
+        """The open message's text into its part (kept as pieces while it streams: no quadratic joins)."""
+        if self._message is not None:
+            self._message["content"][0]["text"] = "".join(self._text)
+
+    def _close_message(self) -> list[bytes]:
+        self._join_text()
         msg, self._message = self._message, None
         if msg is None:
             return []
@@ -160,8 +196,8 @@ class ResponseRenderer:
                             part=dict(part)),
                 self._event("response.output_item.done", output_index=i, item=_public(msg))]
 
-    def _call_fragment(self, frag: dict[str, Any]) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = []
+    def _call_fragment(self, frag: dict[str, Any]) -> list[bytes]:
+        events: list[bytes] = []
         index = frag.get("index", len(self._calls))
         fn = frag.get("function") or {}
         item = self._calls.get(index)
@@ -183,7 +219,7 @@ class ResponseRenderer:
                                       output_index=item["_index"], delta=args))
         return events
 
-    def _close_call(self) -> list[dict[str, Any]]:
+    def _close_call(self) -> list[bytes]:
         item, self._open_call = self._open_call, None
         if item is None:
             return []
@@ -193,10 +229,22 @@ class ResponseRenderer:
                             arguments=item["arguments"], name=item["name"]),
                 self._event("response.output_item.done", output_index=i, item=_public(item))]
 
-    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
-        event = {"type": kind, "sequence_number": self._seq, **fields}
+    def _event(self, kind: str, **fields: Any) -> bytes:
         self._seq += 1
-        return event
+        return _encode(kind, self._seq - 1, **fields)
+
+    def _wrap(self, kind: str, key: bytes, encoded: bytes) -> bytes:
+        """An event whose one field (``key``) is already encoded."""
+        seq = str(self._seq).encode()
+        self._seq += 1
+        k = kind.encode()
+        return (b"event: " + k + b'\ndata: {"type":"' + k + b'","sequence_number":' + seq + b',"' + key + b'":'
+                + encoded + b"}\n\n")
+
+
+def _encode(kind: str, seq: int, **fields: Any) -> bytes:
+    event = {"type": kind, "sequence_number": seq, **fields}
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
 def _public(item: dict[str, Any]) -> dict[str, Any]:
@@ -207,5 +255,5 @@ def _public(item: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def sse(events: list[dict[str, Any]]) -> bytes:
-    return b"".join(b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in events)
+def sse(events: list[bytes]) -> bytes:
+    return b"".join(events)

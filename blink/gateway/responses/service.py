@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from blink.config import ServerSettings
 from blink.gateway.responses.routes import build_responses_router
 from blink.gateway.responses.store import ResponseStore, postgres_response_store, sqlite_response_store
+from blink.gateway.responses.write_behind import WriteBehindResponseStore
 from blink.responses_config import ResponsesSettings
 
 
@@ -27,8 +28,10 @@ def build_response_store(settings: ResponsesSettings) -> ResponseStore:
     if settings.store == "postgres":
         if not settings.postgres_dsn:
             raise ValueError("responses.store 'postgres' needs responses.postgres_dsn")
-        return postgres_response_store(settings.postgres_dsn)
-    return sqlite_response_store(settings.path)
+        db = postgres_response_store(settings.postgres_dsn)
+    else:
+        db = sqlite_response_store(settings.path)
+    return WriteBehindResponseStore(db, settings.flush_interval_s())
 
 
 def build_responses_service(settings: ResponsesSettings, server: ServerSettings) -> ResponsesService:

@@ -10,7 +10,10 @@ gone for every reader at once and deleted on the next write) and a byte budget p
 row that would take its tenant past it evicts that tenant's oldest rows first (a chain that loses
 an early turn then answers 404 for it), and a single row larger than the whole budget is not
 stored (the response says ``store: false``). The SQL runs on SQLite (default, WAL) or PostgreSQL,
-on a worker thread so the event loop never waits on disk (the batch store's pattern).
+on a worker thread so the event loop never waits on disk (the batch store's pattern). Writes come
+in batches (``put_many``: one transaction, one expiry sweep, one budget sum per tenant) because the
+gateway writes behind (``write_behind.py``): a commit, a sweep and a budget sum per response were
+what made a stored response cost several times a chat completion.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -34,8 +38,12 @@ _SCHEMA = (
         previous_id TEXT, bytes BIGINT NOT NULL, input {blob} NOT NULL, body {blob} NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS responses_tenant ON responses (tenant, created_ns)",
     "CREATE INDEX IF NOT EXISTS responses_expiry ON responses (expires_at)",
+    # Covers the per-tenant byte sum the budget needs on every batch (an index scan, not a table scan).
+    "CREATE INDEX IF NOT EXISTS responses_tenant_bytes ON responses (tenant, bytes)",
 )
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
+# Spelled so that the expiry index serves the sweep (NULL never compares true: never expires).
+_EXPIRED = "expires_at <= ?"
 _COLS = "id, key_id, tenant, created_ns, expires_at, previous_id, input, body"
 
 
@@ -49,6 +57,35 @@ class StoredResponse:
     previous_id: str | None = None
     expires_at: int | None = None
     created_ns: int = 0
+
+
+@dataclass(slots=True)
+class PendingWrite:
+    """A response ready to write: encoded once, so its size is known before anything is written."""
+
+    rec: StoredResponse
+    input_blob: bytes
+    body_blob: bytes
+    budget_bytes: int | None
+
+    @property
+    def size(self) -> int:
+        return len(self.input_blob) + len(self.body_blob)
+
+    def decoded(self) -> StoredResponse:
+        """A fresh copy, as a read from the database gives: readers never share the writer's dicts."""
+        r = self.rec
+        return StoredResponse(r.id, r.key_id, r.tenant, orjson.loads(self.input_blob), orjson.loads(self.body_blob),
+                              r.previous_id, r.expires_at, r.created_ns)
+
+
+def encode(rec: StoredResponse, budget_bytes: int | None) -> PendingWrite | None:
+    """``rec`` ready to write; None when it alone exceeds ``budget_bytes`` (it is never stored)."""
+    w = PendingWrite(rec, orjson.dumps(rec.input_items), orjson.dumps(rec.response), budget_bytes)
+    if budget_bytes is not None and w.size > budget_bytes:
+        return None
+    rec.created_ns = rec.created_ns or time.time_ns()
+    return w
 
 
 class ResponseStore(Protocol):
@@ -113,28 +150,39 @@ class SqlResponseStore:
 
         False (nothing stored, nothing evicted) when the row alone exceeds the budget.
         """
-        input_blob, body_blob = orjson.dumps(rec.input_items), orjson.dumps(rec.response)
-        size = len(input_blob) + len(body_blob)
-        if budget_bytes is not None and size > budget_bytes:
+        w = encode(rec, budget_bytes)
+        if w is None:
             return False
-        rec.created_ns = rec.created_ns or time.time_ns()
-        tenant = rec.tenant or ""
-
-        def put(conn: Any) -> None:
-            self._exec(conn, "DELETE FROM responses WHERE NOT " + _LIVE, (int(time.time()),))
-            if budget_bytes is not None:
-                self._evict(conn, tenant, budget_bytes - size)
-            self._exec(conn, f"INSERT INTO responses ({_COLS}, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       (rec.id, rec.key_id, tenant, rec.created_ns, rec.expires_at, rec.previous_id, input_blob,
-                        body_blob, size))
-
-        await self._run(put)
+        await self.put_many([w])
         return True
 
-    def _evict(self, conn: Any, tenant: str, allowed: int) -> None:
-        used = self._exec(conn, "SELECT COALESCE(SUM(bytes), 0) FROM responses WHERE tenant = ?", (tenant,)).fetchone()[0]
-        if int(used) <= allowed:
-            return
+    async def put_many(self, writes: Sequence[PendingWrite]) -> None:
+        """Write ``writes`` in order in one transaction, each within its tenant's budget."""
+        if writes:
+            await self._run(partial(self._write, writes=writes))
+
+    def _write(self, conn: Any, writes: Sequence[PendingWrite]) -> None:
+        self._exec(conn, f"DELETE FROM responses WHERE {_EXPIRED}", (int(time.time()),))
+        used: dict[str, int] = {}
+        for w in writes:
+            rec, tenant = w.rec, w.rec.tenant or ""
+            if w.budget_bytes is not None:
+                if tenant not in used:
+                    used[tenant] = self._used(conn, tenant)
+                allowed = w.budget_bytes - w.size
+                if used[tenant] > allowed:
+                    used[tenant] = self._evict(conn, tenant, used[tenant], allowed)
+                used[tenant] += w.size
+            self._exec(conn, f"INSERT INTO responses ({_COLS}, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (rec.id, rec.key_id, tenant, rec.created_ns, rec.expires_at, rec.previous_id, w.input_blob,
+                        w.body_blob, w.size))
+
+    def _used(self, conn: Any, tenant: str) -> int:
+        return int(self._exec(conn, "SELECT COALESCE(SUM(bytes), 0) FROM responses WHERE tenant = ?",
+                              (tenant,)).fetchone()[0])
+
+    def _evict(self, conn: Any, tenant: str, used: int, allowed: int) -> int:
+        """Delete the tenant's oldest rows until it uses at most ``allowed`` bytes; what it uses then."""
         rows = self._exec(conn, "SELECT id, bytes FROM responses WHERE tenant = ? ORDER BY created_ns", (tenant,))
         victims: list[str] = []
         for rid, size in rows.fetchall():
@@ -144,6 +192,7 @@ class SqlResponseStore:
             used -= int(size)
         for rid in victims:
             self._exec(conn, "DELETE FROM responses WHERE id = ?", (rid,))
+        return used
 
     async def get(self, response_id: str) -> StoredResponse | None:
         def get(conn: Any) -> StoredResponse | None:
@@ -185,11 +234,7 @@ class SqlResponseStore:
         return result
 
     async def tenant_bytes(self, tenant: str | None) -> int:
-        def used(conn: Any) -> int:
-            return int(self._exec(conn, "SELECT COALESCE(SUM(bytes), 0) FROM responses WHERE tenant = ?",
-                                  (tenant or "",)).fetchone()[0])
-
-        result: int = await self._run(used)
+        result: int = await self._run(partial(self._used, tenant=tenant or ""))
         return result
 
 

@@ -38,7 +38,10 @@ _WHY = {
     "include": "this server produces none of the optional output data",
     "truncation": "the conversation is never truncated; a too-long one is a 400",
 }
-_PASSED = ("temperature", "top_p", "user", "safety_identifier", "prompt_cache_key", "parallel_tool_calls", "metadata")
+_PASSED = frozenset(("temperature", "top_p", "user", "safety_identifier", "prompt_cache_key", "parallel_tool_calls",
+                     "metadata"))
+# Fields the gateway answers itself rather than an upstream serving /v1/responses natively.
+_NOT_PASSED_NATIVE = frozenset(("previous_response_id", "input", "model"))
 _METADATA_KEYS = 16
 _METADATA_KEY_CHARS = 64
 _METADATA_VALUE_CHARS = 512
@@ -53,8 +56,9 @@ class Translated:
 
 
 def refuse_unsupported(body: ResponsesRequest) -> None:
-    for name, allowed in _REFUSED.items():
-        value = getattr(body, name)
+    # Only what the client sent can be refused (an unset field is None): usually nothing to look at.
+    for name in body.model_fields_set & _REFUSED.keys():
+        allowed, value = _REFUSED[name], getattr(body, name)
         if value not in allowed:
             why = _WHY.get(name, "this server does not implement it")
             raise InvalidRequestError(f"'{name}' is not supported by this server ({why}).", param=name,
@@ -70,7 +74,7 @@ def translate(body: ResponsesRequest, model: str, history: list[dict[str, Any]],
     messages = ([{"role": "system", "content": body.instructions}] if body.instructions else [])
     messages += chat_messages(history + items)
     chat: dict[str, Any] = {"model": model, "messages": messages, "stream": bool(body.stream)}
-    for name in _PASSED:
+    for name in body.model_fields_set & _PASSED:
         value = getattr(body, name)
         if value is not None:
             chat[name] = value
@@ -96,8 +100,8 @@ def translate(body: ResponsesRequest, model: str, history: list[dict[str, Any]],
     # For an upstream that serves /v1/responses itself: the conversation inline (this gateway keeps
     # the state, so the upstream stores nothing and needs no previous_response_id).
     req.native_api = "responses"
-    req.native_body = {**body.model_dump(exclude_none=True, exclude={"previous_response_id", "input", "model"}),
-                          "input": history + items, "store": False}
+    req.native_body = {**body.model_dump(include=body.model_fields_set - _NOT_PASSED_NATIVE, exclude_none=True),
+                       "input": history + items, "store": False}
     return Translated(req, items)
 
 

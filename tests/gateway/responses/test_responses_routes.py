@@ -45,11 +45,13 @@ class Keys:
     owner_secret: str
 
 
-def _settings(upstream: FakeUpstream, tmp: Path, budget: int | None = 1024**3) -> Settings:
+def _settings(upstream: FakeUpstream, tmp: Path, budget: int | None = 1024**3,
+              write_behind_s: float | None = 0.05) -> Settings:
     return Settings(
         models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         auth=AuthSettings(enabled=True, keys_db=str(tmp / "keys.db")),
-        responses=ResponsesSettings(path=str(tmp / "responses.db"), storage_budget_bytes=budget),
+        responses=ResponsesSettings(path=str(tmp / "responses.db"), storage_budget_bytes=budget,
+                                    write_behind_s=write_behind_s),
     )
 
 
@@ -258,7 +260,9 @@ def test_bad_list_parameters_are_400(keys: Keys) -> None:
 
 
 def test_the_tenant_budget_evicts_the_oldest(upstream: FakeUpstream, tmp_path: Path) -> None:
-    with LiveServer(build_app(_settings(upstream, tmp_path, budget=BUDGET))) as live:
+    # Evictions happen as a batch is written: with each reply waiting for its commit (the group-commit
+    # mode), a read right after a reply sees them.
+    with LiveServer(build_app(_settings(upstream, tmp_path, budget=BUDGET, write_behind_s=None))) as live:
         k = _keys(live.url, tmp_path / "keys.db")
         ids = [_create(k.owner, input="x" * 200, user="tokens=2").id for _ in range(8)]
         kept = []
