@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 from blink.backends.tool_parsers import ToolParserSetting
 from blink.compression_config import CompressionSettings
+from blink.precompute_config import PrecomputeSettings
 from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
 from blink.responses_config import ResponsesSettings
 from blink.routing_config import RouteSettings, check_routes
@@ -303,6 +304,8 @@ class CacheSettings(BaseModel):
     max_entries: int = Field(100_000, ge=1)
     # Only temperature-0 or fixed-seed requests are cached unless this is turned off.
     deterministic_only: bool = True
+    # Refresh hot entries and pre-generate likely next answers in the engine's idle lane.
+    precompute: PrecomputeSettings = PrecomputeSettings()
 
 
 class ObsSettings(BaseModel):

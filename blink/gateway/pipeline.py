@@ -24,6 +24,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Protocol
 
 from blink.backends.base import Backend, Delta, GenerationRequest, Usage
 from blink.backends.registry import BackendRegistry
@@ -32,7 +33,7 @@ from blink.gateway.auth import ApiKey, check_model_allowed
 from blink.gateway.cache.entry import CachedResponse
 from blink.gateway.cache.head_start import HeadStart
 from blink.gateway.cache.replay import cached_deltas
-from blink.gateway.cache.stage import CacheDirectives
+from blink.gateway.cache.stage import CacheDirectives, CacheLookup
 from blink.gateway.front import ANONYMOUS_KEY, DEFAULT_TENANT, Admission, GatewayFront
 from blink.gateway.sequence_quota import NO_LEASE, SequenceLease, SequenceQuota
 from blink.obs import annotate, lap, stage
@@ -52,6 +53,16 @@ class Directives:
     # True (voice turns): a lane the key may not use runs at the default lane instead of a 403,
     # so a voice session works for every key but only keys granted the lane jump the queue.
     demote_lane: bool = False
+
+
+class GenerationObserver(Protocol):
+    """Sees users' cache outcomes (gateway/precompute/ learns from them), never the server's own
+    idle-lane jobs (``CacheDirectives.origin`` set): a job must not feed the statistics that chose it."""
+
+    def on_hit(self, key: ApiKey | None, req: GenerationRequest, lookup: CacheLookup) -> None: ...
+
+    def on_answer(self, key: ApiKey | None, req: GenerationRequest, lookup: CacheLookup,
+                  agg: ResponseAggregator) -> None: ...  # fmt: skip
 
 
 @dataclass(slots=True, eq=False)
@@ -112,6 +123,8 @@ class GenerationPipeline:
         self.registry = registry
         self.front = front
         self.quota = quota or SequenceQuota(0)
+        # Attached by the composition root when pre-computation is on (serve.py).
+        self.observer: GenerationObserver | None = None
 
     async def run(self, principal: ApiKey | None, req: GenerationRequest, directives: Directives) -> Generation:
         """Admit ``req`` for ``principal`` (None: API keys are off) and open its answer.
@@ -131,8 +144,11 @@ class GenerationPipeline:
         n = req.num_choices  # each choice of each prompt is one engine sequence
         # The quota before the rate limit: it can be given back, a counted request cannot.
         lease = self.quota.acquire(principal, n)
+        # The server's own idle-lane jobs keep the key's model permission, budget and quota, but take
+        # nothing from its rate limit: speculative work must never 429 the user it is done for.
+        internal = bool(directives.cache.origin)
         try:
-            if front.limiter is not None:
+            if front.limiter is not None and not internal:
                 with stage("ratelimit"):
                     rpm, tpm = (principal.requests_per_minute, principal.tokens_per_minute) if principal else (0, 0)
                     adm.ticket = await front.limiter.admit(key_id, rpm, tpm, req.model, n)
@@ -142,11 +158,17 @@ class GenerationPipeline:
         except BaseException:
             lease.release()
             raise
+        observer = None if internal or adm.cache is None else self.observer
         if replay is not None:
             lease.release()
+            if observer is not None and adm.cache is not None:
+                observer.on_hit(principal, req, adm.cache)
             return Generation(req, adm, replay, guarded, None, None)
         source: Backend = adm.head_start or guarded
-        return Generation(req, adm, None, source, front.on_complete(adm, req), front.usage_headers(adm), lease)
+        on_complete = front.on_complete(adm, req)
+        if observer is not None and adm.cache is not None and adm.cache.fill:
+            on_complete = _observed(on_complete, observer, principal, req, adm.cache)
+        return Generation(req, adm, None, source, on_complete, front.usage_headers(adm), lease)
 
     @staticmethod
     def _principal(key: ApiKey | None, model: str, directives: Directives) -> Admission:
@@ -200,6 +222,18 @@ class GenerationPipeline:
             key_id = adm.key.key_id if adm.key is not None else ANONYMOUS_KEY
             adm.headers += front.cost.cache_hit(key_id, adm.model, entry.prompt_tokens, entry.completion_tokens)
         return entry
+
+
+def _observed(
+    inner: Callable[[ResponseAggregator], None] | None, observer: GenerationObserver, key: ApiKey | None,
+    req: GenerationRequest, lookup: CacheLookup,
+) -> Callable[[ResponseAggregator], None]:  # fmt: skip
+    def done(agg: ResponseAggregator) -> None:
+        if inner is not None:
+            inner(agg)
+        observer.on_answer(key, req, lookup, agg)
+
+    return done
 
 
 def _head_start(adm: Admission, backend: Backend, req: GenerationRequest) -> None:
