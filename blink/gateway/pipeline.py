@@ -21,6 +21,7 @@ the response ends, however it ends (``Generation.close``, called by whoever rend
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -38,6 +39,8 @@ from blink.gateway.front import ANONYMOUS_KEY, DEFAULT_TENANT, Admission, Gatewa
 from blink.gateway.sequence_quota import NO_LEASE, SequenceLease, SequenceQuota
 from blink.obs import annotate, lap, stage
 from blink.protocol.errors import PermissionDeniedError
+
+log = logging.getLogger("blink.gateway.pipeline")
 
 # Lanes any caller may ask for: the default one (``normal`` is its old alias).
 DEFAULT_LANES = frozenset({"interactive", "normal"})
@@ -162,7 +165,10 @@ class GenerationPipeline:
         if replay is not None:
             lease.release()
             if observer is not None and adm.cache is not None:
-                observer.on_hit(principal, req, adm.cache)
+                try:
+                    observer.on_hit(principal, req, adm.cache)
+                except Exception:  # what learns from a hit never fails the hit
+                    log.exception("generation observer failed")
             return Generation(req, adm, replay, guarded, None, None)
         source: Backend = adm.head_start or guarded
         on_complete = front.on_complete(adm, req)
@@ -231,7 +237,10 @@ def _observed(
     def done(agg: ResponseAggregator) -> None:
         if inner is not None:
             inner(agg)
-        observer.on_answer(key, req, lookup, agg)
+        try:
+            observer.on_answer(key, req, lookup, agg)
+        except Exception:  # what learns from a response never fails the response
+            log.exception("generation observer failed")
 
     return done
 

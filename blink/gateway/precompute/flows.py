@@ -28,6 +28,14 @@ class _Scope:
     def __init__(self) -> None:
         self.clusters: list[_Cluster] = []
         self.matrix = np.zeros((0, 0), dtype=np.float32)  # unit centroids, one row per cluster
+        # Texts already placed: an exact cache hit computes no embedding, its text finds its cluster.
+        self.texts: OrderedDict[str, int] = OrderedDict()
+
+    def remember(self, text: str, cluster: int, limit: int) -> None:
+        self.texts[text] = cluster
+        self.texts.move_to_end(text)
+        while len(self.texts) > limit:
+            self.texts.popitem(last=False)
 
     def nearest(self, vec: np.ndarray) -> tuple[int, float]:
         if not self.clusters:
@@ -50,16 +58,28 @@ class FlowModel:
         self.max_scopes = max_scopes
         self._scopes: OrderedDict[str, _Scope] = OrderedDict()
 
-    def assign(self, scope: str, vec: np.ndarray, text: str) -> int | None:
+    def assign(self, scope: str, vec: np.ndarray | None, text: str) -> int | None:
         """The cluster ``text`` belongs to in ``scope`` (founding one if none is near), or None
-        when the scope is full and nothing is near: a new topic then simply is not learned."""
+        when the scope is full and nothing is near (a new topic then simply is not learned), or
+        when there is no vector and the text was never seen."""
         s = self._scopes.get(scope)
         if s is None:
             s = self._scopes[scope] = _Scope()
             while len(self._scopes) > self.max_scopes:
                 self._scopes.popitem(last=False)
         self._scopes.move_to_end(scope)
-        v = _unit(vec)
+        known = s.texts.get(text)
+        if known is not None:
+            s.remember(text, known, 4 * self.max_clusters)
+            return known
+        if vec is None:
+            return None
+        cluster = self._place(s, _unit(vec), text)
+        if cluster is not None:
+            s.remember(text, cluster, 4 * self.max_clusters)
+        return cluster
+
+    def _place(self, s: _Scope, v: np.ndarray, text: str) -> int | None:
         best, score = s.nearest(v)
         if best >= 0 and score >= self.similarity:
             c = s.clusters[best]

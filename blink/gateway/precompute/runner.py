@@ -14,6 +14,8 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
+import orjson
+
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import ApiKey, KeyStore
 from blink.gateway.cache.stage import CacheDirectives
@@ -52,7 +54,7 @@ class RecipeRunner:
             key = await self._principal(recipe.key_id)
             if recipe.key_id is not None and key is None:
                 return JobResult("refused")
-            raw = dict(recipe.body)
+            raw = orjson.loads(orjson.dumps(recipe.body))  # the mapping may edit it; the recipe may run again
             raw.pop("stream", None)
             raw.pop("stream_options", None)
             model = raw.get("model") or self._pipeline.registry.default_model()

@@ -15,8 +15,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
+import orjson
 from fastapi import APIRouter
 
 from blink.backends.base import GenerationRequest
@@ -99,6 +100,10 @@ class PrecomputeService:
     # -- GenerationObserver -----------------------------------------------------------------------
 
     def on_hit(self, key: ApiKey | None, req: GenerationRequest, lookup: CacheLookup) -> None:
+        # After the replay has started: a hit's own path stays the cache's few milliseconds.
+        asyncio.get_running_loop().call_soon(self._hit, key, req, lookup)
+
+    def _hit(self, key: ApiKey | None, req: GenerationRequest, lookup: CacheLookup) -> None:
         entry = lookup.entry
         if entry is None:
             return
@@ -106,30 +111,38 @@ class PrecomputeService:
             self.stats.hits[entry.precomputed] += 1
         if self.settings.refresh:
             self.hot.hit(lookup.ns, entry.query)
+        if self.settings.predict and req.kind == "chat" and req.messages is not None and len(entry.choices) == 1:
+            # A replayed turn opens the next one as much as a generated one: the flow goes on.
+            _, query = keys.split_query(req)
+            recipe = Recipe(key.key_id if key is not None else None, CHAT, _copy(req.raw),
+                            entry.prompt_tokens + entry.completion_tokens)
+            self._learn(key, req, lookup, query, entry.choices[0].text, entry.completion_tokens, recipe)
 
     def on_answer(self, key: ApiKey | None, req: GenerationRequest, lookup: CacheLookup,
                   agg: ResponseAggregator) -> None:  # fmt: skip
         if agg.usage is None or req.num_choices != 1:
             return
         recipe = Recipe(key.key_id if key is not None else None, CHAT if req.kind == "chat" else COMPLETIONS,
-                        dict(req.raw), agg.usage.total_tokens)
+                        _copy(req.raw), agg.usage.total_tokens)
         if self.settings.refresh:
             self.hot.filled(lookup.ns, lookup.query, recipe, self._clock() + self.ttl_s)
-        if self.settings.predict and req.kind == "chat" and req.messages is not None and lookup.vec is not None:
+        if self.settings.predict and req.kind == "chat" and req.messages is not None:
             rendered = agg.render("", req.model, 0)
             choice = rendered["choices"][0]
             answer = choice.get("message", {}).get("content")
             if choice.get("finish_reason") is not None and isinstance(answer, str):
-                self._learn(key, req, lookup, answer, agg.usage.completion_tokens, recipe)
+                self._learn(key, req, lookup, lookup.query, answer, agg.usage.completion_tokens, recipe)
 
     # -- predict ----------------------------------------------------------------------------------
 
-    def _learn(self, key: ApiKey | None, req: GenerationRequest, lookup: CacheLookup, answer: str,
+    def _learn(self, key: ApiKey | None, req: GenerationRequest, lookup: CacheLookup, query: str, answer: str,
                answer_tokens: int, recipe: Recipe) -> None:  # fmt: skip
         tenant = key.tenant if key is not None else DEFAULT_TENANT
         context, _ = keys.split_query(req)
         scope = keys.namespace(tenant, req, [m for m in context if m.get("role") in _SCOPE_ROLES])
-        cluster = self.flows.assign(scope, lookup.vec, lookup.query)
+        # A semantic hit's lookup carries no vector; the request keeps the one the lookup computed.
+        vec = lookup.vec if lookup.vec is not None else req.embedding
+        cluster = self.flows.assign(scope, vec, query)
         before = self._follow.pop(lookup.ns, None)
         if cluster is None:
             return
@@ -209,3 +222,9 @@ class PrecomputeService:
             else:
                 self.hot.refreshed(job.ns, job.query, expires_at)
         return result
+
+
+def _copy(body: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a request body (JSON already): later stages may edit the request's own."""
+    copied: dict[str, Any] = orjson.loads(orjson.dumps(body))
+    return copied

@@ -71,3 +71,11 @@ def test_a_zero_vector_does_not_break_clustering() -> None:
     flows = FlowModel(similarity=0.9, max_clusters=4, max_scopes=4)
     assert flows.assign("s", np.zeros(8, dtype=np.float32), "") == 0
     assert flows.assign("s", _vec(1), "a") == 1
+
+
+def test_a_text_seen_before_finds_its_cluster_without_a_vector() -> None:
+    flows = FlowModel(similarity=0.9, max_clusters=4, max_scopes=4)
+    assert flows.assign("s", _vec(1), "reset password") == 0
+    assert flows.assign("s", None, "reset password") == 0  # an exact hit: no embedding computed
+    assert flows.assign("s", None, "never seen") is None
+    assert flows.assign("other", None, "reset password") is None  # not another scope's text
