@@ -147,6 +147,10 @@ class ModelSettings(BaseModel):
     # 0 = the model's max_position_embeddings.
     max_model_len: int = Field(0, ge=0)
     enable_prefix_caching: bool = True
+    # Warm prefixes: up to this many KV blocks of often-reused prefixes (system prompts, few-shot
+    # blocks) stay cached while one-off prompts churn the rest (engine/block_manager.py). Off by
+    # default: pinned blocks are taken from what other prefixes could have cached.
+    pinned_prefix_blocks: int = Field(0, ge=0)
     enable_chunked_prefill: bool = True
     # Engine threads; 0 = auto (leave the gateway a core: see blink.engine.async_engine.default_threads).
     threads: int = Field(0, ge=0)
