@@ -16,6 +16,10 @@ run once the answer is complete (cache fill, token charge, cost, safety after-ch
 only render it: ``GenerationResponse`` / ``CachedReplayResponse`` for HTTP, ``Generation.stream``
 for the voice socket and batch lines. The sequence lease taken at admission is given back when
 the response ends, however it ends (``Generation.close``, called by whoever renders it).
+
+The server's own idle-lane jobs (gateway/precompute/, ``CacheDirectives.origin`` set) pass the same
+stages except the sequence quota and the rate limit, and are never shown to the ``observer`` that
+learns from users' cache outcomes.
 """
 
 from __future__ import annotations
@@ -145,11 +149,12 @@ class GenerationPipeline:
         if front.cost is not None:  # a spent monthly budget: 429 budget_exceeded, before the rate limit
             front.cost.check(key_id)
         n = req.num_choices  # each choice of each prompt is one engine sequence
-        # The quota before the rate limit: it can be given back, a counted request cannot.
-        lease = self.quota.acquire(principal, n)
-        # The server's own idle-lane jobs keep the key's model permission, budget and quota, but take
-        # nothing from its rate limit: speculative work must never 429 the user it is done for.
+        # The server's own idle-lane jobs keep the key's model permission and budget, but take
+        # nothing from its sequence quota or rate limit: speculative work must never 429 the user
+        # it is done for (the idle lane itself keeps it off the engine's user slots).
         internal = bool(directives.cache.origin)
+        # The quota before the rate limit: it can be given back, a counted request cannot.
+        lease = NO_LEASE if internal else self.quota.acquire(principal, n)
         try:
             if front.limiter is not None and not internal:
                 with stage("ratelimit"):

@@ -2,8 +2,8 @@
 
 The job's body is validated and mapped as ``/v1/chat/completions`` or ``/v1/completions`` would
 map it, then handed to ``GenerationPipeline.run`` as the key it belongs to, resolved now: its
-model permission, budget, sequence quota, the safety check and the cache's namespace apply as to
-the user's own request (only its rate limit is spared, pipeline.py says why). The fill is marked
+model permission, budget, the safety check and the cache's namespace apply as to the user's own
+request (its rate limit and sequence quota are spared: pipeline.py says why). The fill is marked
 with the job's kind through ``CacheDirectives.origin``.
 """
 
