@@ -15,7 +15,7 @@ class PrecomputeStats:
     """Counters by job kind (``refresh`` | ``predict``)."""
 
     # (kind, outcome): done (an entry written) | cached (already answerable: nothing spent) |
-    # refused (the key may no longer run it) | failed.
+    # refused (the key may no longer run it) | timeout | failed.
     jobs: Counter[tuple[str, str]] = field(default_factory=Counter)
     # (kind, reason) a job was not run: budget | queue_full | storage.
     skipped: Counter[tuple[str, str]] = field(default_factory=Counter)

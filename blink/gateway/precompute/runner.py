@@ -34,7 +34,7 @@ IDLE_LANE = "idle"
 
 @dataclass(slots=True)
 class JobResult:
-    outcome: str  # done | cached | refused | failed
+    outcome: str  # done | cached | refused | timeout | failed
     tokens: int = 0
 
 
@@ -81,6 +81,8 @@ class RecipeRunner:
         except BlinkError as err:
             log.info("precompute %s job refused: %s", kind, err.message)
             return JobResult("refused")
+        except TimeoutError:  # users kept the engine busy the whole time: the lane worked as meant
+            return JobResult("timeout")
         except Exception:
             log.exception("precompute %s job failed", kind)
             return JobResult("failed")
