@@ -67,6 +67,7 @@ class PrecomputeService:
         self._clock = clock
         self.stats = PrecomputeStats()
         self.budget = TokenBudget(settings.tokens_per_hour)
+        self.stats.budget_left = self.budget.capacity
         self.hot = HotEntries(settings.max_tracked)
         self.flows = FlowModel(settings.cluster_similarity, settings.max_clusters, settings.max_scopes)
         self.predicted = LiveEntries(settings.max_predicted)
