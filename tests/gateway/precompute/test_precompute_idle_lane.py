@@ -16,9 +16,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cache_helpers import cached_gateway
 from fastapi import FastAPI
 from live_server import LiveServer
+from precompute_helpers import serving
 
 from blink.config import CacheSettings, ModelSettings, ServerSettings, Settings
 
@@ -38,7 +38,7 @@ def served(tiny_qwen2: Path) -> Iterator[tuple[LiveServer, FastAPI]]:
             "precompute": {"refresh": True, "refresh_lead_s": 1e9, "refresh_interval_s": 0.05},
         }),
     )
-    with cached_gateway(settings) as gw:
+    with serving(settings) as gw:
         yield gw
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
-from cache_helpers import cache_settings, cached_gateway
 from fastapi import FastAPI
 from live_server import LiveServer
+from precompute_helpers import serving, upstream_settings
 from upstream_server import FakeUpstream
 
 from blink.config import AuthSettings
@@ -43,9 +43,9 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
 
 
 def _gateway(upstream: FakeUpstream, tenants: tuple[Path, str, str], cache: dict[str, Any]) -> Any:
-    settings = cache_settings(upstream, {"store": "memory", **cache},
+    settings = upstream_settings(upstream, {"store": "memory", **cache},
                               auth=AuthSettings(enabled=True, keys_db=str(tenants[0])))
-    return cached_gateway(settings)
+    return serving(settings)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_the_learned_next_turn_is_served_to_its_tenant_only_and_through_the_guar
     convo: list[dict[str, Any]] = [SYSTEM]
     assert _turn(server, key_a, convo, Q1_AGAIN).headers["x-blink-cache"] == "semantic"
     _wait(lambda: _jobs(app, "predict") == 1, "the prediction")
-    job = own_upstream.completed_requests[-1]
+    job = own_upstream.requests[-1]
     assert job["messages"][-1] == {"role": "user", "content": Q2}
     assert job["messages"][:-1] == convo  # exactly this conversation so far
 
@@ -162,7 +162,7 @@ def test_a_hot_entry_is_regenerated_in_place_for_its_own_tenant(
     for _ in range(2):
         assert _ask(server, key_a, msgs).headers["x-blink-cache"] == "exact"
     _wait(lambda: _jobs(app, "refresh") == 1, "the refresh")
-    assert own_upstream.completed_requests[-1]["messages"] == msgs
+    assert own_upstream.requests[-1]["messages"] == msgs
     hit = _ask(server, key_a, msgs)
     assert hit.headers["x-blink-cache"] == "exact"
     assert hit.headers["x-blink-precomputed"] == "refresh"
