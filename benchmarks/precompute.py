@@ -12,7 +12,7 @@ turns against the same turns without pre-computation; the probes' p99 TTFT with 
 busy against idle (goal <= 1.05x); the tokens pre-computation spent.
 
     python benchmarks/precompute.py [--quick] [--conversations 48] [--users 4] [--seed 7]
-        [--max-tokens 48] [--probe-rate 0.5] [--min-count 2]
+        [--max-tokens 48] [--probe-rate 0.5] [--min-count 2] [--engine-nice 0]
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def start_server(model: Path, port: int, tmp: Path, cores: set[int] | None, pred
     precompute: dict[str, Any] = {"predict": predict, "predict_min_count": args.min_count}
     config = {
         "server": {"port": port, "log_level": "warning"},
-        "models": [{"name": "m", "kind": "embedded", "model": str(model), "threads": 1}],
+        "models": [{"name": "m", "kind": "embedded", "model": str(model), "threads": 1,
+                    "engine_nice": args.engine_nice}],
         "cache": {"exact": {"enabled": True}, "semantic": {"enabled": True}, "store": "memory",
                   "precompute": precompute},
         "obs": {"request_log": "off"},
@@ -164,6 +165,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--probe-rate", type=float, default=0.5)
     ap.add_argument("--min-count", type=int, default=2, help="cache.precompute.predict_min_count")
+    ap.add_argument("--engine-nice", type=int, default=0,
+                    help="engine-core niceness: >0 lets the gateway's work preempt the engine on the shared core")
     args = ap.parse_args()
     if args.quick:
         args.conversations, args.users, args.max_tokens = 12, 2, 24
