@@ -15,8 +15,8 @@ from blink.serve import build_app
 
 
 def upstream_settings(upstream: FakeUpstream, cache: dict[str, Any], **extra: Any) -> Settings:
+    extra.setdefault("server", ServerSettings())
     return Settings(
-        server=ServerSettings(),
         models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         cache=CacheSettings.model_validate(cache),
         **extra,

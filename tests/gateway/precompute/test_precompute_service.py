@@ -16,7 +16,7 @@ from live_server import LiveServer
 from precompute_helpers import serving, upstream_settings
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings
+from blink.config import AuthSettings, ServerSettings
 from blink.gateway.auth import ApiKeyStore
 
 SYSTEM = {"role": "system", "content": "You are the support agent of a broadband provider."}
@@ -184,3 +184,32 @@ def test_the_token_budget_stops_jobs(own_upstream: FakeUpstream, tenants: tuple[
         _wait(lambda: app.state.precompute.stats.skipped[("refresh", "budget")] == 1, "the budget refusal")
         assert len(own_upstream.requests) == before
         assert _jobs(app, "refresh") == 0
+
+
+def test_a_running_job_takes_nothing_from_the_keys_sequence_quota(
+    own_upstream: FakeUpstream, tenants: tuple[Path, str, str]
+) -> None:
+    cache = {"exact": {"enabled": True}, "precompute": {"refresh": True, "refresh_lead_s": 1e9,
+                                                         "refresh_interval_s": 0.05}}
+    settings = upstream_settings(own_upstream, {"store": "memory", **cache},
+                                 auth=AuthSettings(enabled=True, keys_db=str(tenants[0])),
+                                 server=ServerSettings(max_sequences_per_key=1))
+    with serving(settings) as (server, app):
+        # The upstream streams this answer slowly, so the refresh job is still running below.
+        slow = {"model": "fake", "messages": [SYSTEM, {"role": "user", "content": "Is there an outage?"}],
+                "temperature": 0, "user": "tokens=20;delay=0.05"}
+        headers = {"authorization": f"Bearer {tenants[1]}"}
+        for _ in range(3):
+            assert httpx.post(f"{server.url}/v1/chat/completions", json=slow, headers=headers,
+                              timeout=30).status_code == 200
+        stats = app.state.precompute.stats
+        _wait(lambda: len(own_upstream.requests) > 0 and own_upstream.requests[-1].get("user") == slow["user"]
+              and stats.jobs[("refresh", "done")] == 0 and _running(own_upstream), "the refresh to start")
+        user = _ask(server, tenants[1], [SYSTEM, {"role": "user", "content": "Any news?"}])  # 200, not a 429
+        assert user.headers["x-blink-cache"] == "miss"
+        assert stats.jobs[("refresh", "done")] == 0  # the job was still holding its sequence
+        _wait(lambda: stats.jobs[("refresh", "done")] == 1, "the refresh to finish")
+
+
+def _running(upstream: FakeUpstream) -> bool:
+    return len(upstream.requests) > len(upstream.completed_requests) + len(upstream.cancelled_requests)
