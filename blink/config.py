@@ -32,6 +32,7 @@ from pydantic_settings import (
 
 from blink.backends.tool_parsers import ToolParserSetting
 from blink.compression_config import CompressionSettings
+from blink.precompute_config import PrecomputeSettings
 from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
 from blink.responses_config import ResponsesSettings
 from blink.routing_config import RouteSettings, check_routes
@@ -146,6 +147,10 @@ class ModelSettings(BaseModel):
     # 0 = the model's max_position_embeddings.
     max_model_len: int = Field(0, ge=0)
     enable_prefix_caching: bool = True
+    # Warm prefixes: up to this many KV blocks of often-reused prefixes (system prompts, few-shot
+    # blocks) stay cached while one-off prompts churn the rest (engine/block_manager.py). Off by
+    # default: pinned blocks are taken from what other prefixes could have cached.
+    pinned_prefix_blocks: int = Field(0, ge=0)
     enable_chunked_prefill: bool = True
     # Engine threads; 0 = auto (leave the gateway a core: see blink.engine.async_engine.default_threads).
     threads: int = Field(0, ge=0)
@@ -304,6 +309,8 @@ class CacheSettings(BaseModel):
     max_entries: int = Field(100_000, ge=1)
     # Only temperature-0 or fixed-seed requests are cached unless this is turned off.
     deterministic_only: bool = True
+    # Refresh hot entries and pre-generate likely next answers in the engine's idle lane.
+    precompute: PrecomputeSettings = PrecomputeSettings()
 
 
 class ObsSettings(BaseModel):

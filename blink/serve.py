@@ -21,6 +21,7 @@ from blink.gateway.cost_tracker import CostTracker, build_cost_tracker
 from blink.gateway.front import GatewayFront
 from blink.gateway.front_builder import build_front_factory, build_key_store
 from blink.gateway.gc_tuning import tune_gc
+from blink.gateway.precompute.build import attach_precompute, build_precompute
 from blink.gateway.resilience.metrics import RouterCollector
 from blink.gateway.responses.service import build_responses_service
 from blink.gateway.router.build import build_routed_backend, default_embedder
@@ -186,6 +187,7 @@ def build_app(settings: Settings) -> FastAPI:
     # Batch lines run as the key that created the batch, through the same pipeline as HTTP.
     batch_executor = PipelineLineExecutor(registry, settings.server.max_tokens_limit,
                                           settings.server.request_timeout_s, key_store)
+    precompute = build_precompute(settings)
     app = create_app(
         registry,
         settings.server,
@@ -194,10 +196,14 @@ def build_app(settings: Settings) -> FastAPI:
         obs_settings=settings.obs,
         model_server=models,
         models_router=models_router,
-        services=[*build_services(settings, registry, cost, batch_executor), voice],
+        services=[*build_services(settings, registry, cost, batch_executor), voice,
+                  *([precompute] if precompute is not None else [])],
     )
     batch_executor.attach(app.state.pipeline)
     voice.attach(app.state.pipeline, app.state.metrics.registry)
+    if precompute is not None:
+        attach_precompute(precompute, app.state.pipeline, key_store, settings, app.state.metrics.registry)
+    app.state.precompute = precompute
     register_router_metrics(app, settings)
     if models is not None:
         app.state.metrics.registry.register(ModelServerCollector(models))

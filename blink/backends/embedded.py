@@ -388,6 +388,7 @@ def engine_config_from_settings(ms: Any, choice: ServingChoice | None = None) ->
         max_batch_tokens=getattr(ms, "max_batch_tokens", 0),
         max_model_len=ms.max_model_len or 0,
         enable_prefix_caching=ms.enable_prefix_caching,
+        pinned_prefix_blocks=getattr(ms, "pinned_prefix_blocks", 0),
         enable_chunked_prefill=ms.enable_chunked_prefill,
         threads=choice.threads,
         nice=getattr(ms, "engine_nice", 0),

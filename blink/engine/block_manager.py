@@ -5,6 +5,11 @@ a chained content hash (parent digest + its token ids), so any request sharing a
 KV already computed for it. A block whose last reference drops keeps its hash and stays reusable
 until the space is needed, then the least recently freed one is evicted first.
 
+Warm prefixes: up to ``pinned_blocks`` cached blocks that prefix hits reused at least
+``PIN_AFTER_HITS`` times (system prompts, few-shot blocks) are pinned. Unreferenced, a pinned block
+waits in its own pool that is evicted only when nothing else is left, so a burst of one-off
+prompts cannot push a hot prefix out and the first request after it does not pay its prefill.
+
 Blocks are registered in the cache only once their KV has been computed (``cache_full_blocks``
 after the step, or ``allocate_slots`` for already-computed positions), never when merely
 allocated: a request can therefore never hit a block whose KV is still unwritten.
@@ -31,12 +36,19 @@ def hash_block_tokens(parent: bytes | None, token_ids: Seq[int]) -> bytes:
     return h.digest()
 
 
+# Prefix hits that make a cached block worth pinning: one reuse can be chance, two is a pattern.
+PIN_AFTER_HITS = 2
+
+
 class Block:
-    __slots__ = ("block_id", "ref_count", "hash", "parent_hash", "token_ids")
+    __slots__ = ("block_id", "ref_count", "hash", "parent_hash", "token_ids", "hits", "pinned")
 
     def __init__(self, block_id: int) -> None:
         self.block_id = block_id
         self.ref_count = 0
+        # Prefix-cache reuses since the block was registered; pinned: a warm prefix block.
+        self.hits = 0
+        self.pinned = False
         # Set while the block is registered in the prefix cache.
         self.hash: bytes | None = None
         self.parent_hash: bytes | None = None
@@ -44,12 +56,16 @@ class Block:
 
     def clear_hash(self) -> None:
         self.hash = self.parent_hash = self.token_ids = None
+        self.hits = 0
+        self.pinned = False
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool, pinned_blocks: int = 0) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
+        if not 0 <= pinned_blocks < num_blocks:
+            raise ValueError(f"need 0 <= pinned_blocks < num_blocks ({num_blocks}), got {pinned_blocks}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -58,6 +74,10 @@ class BlockManager:
         self._free: deque[int] = deque(range(num_blocks))
         # Unreferenced blocks with a hash, least recently freed first (eviction order).
         self._evictable: OrderedDict[int, None] = OrderedDict()
+        # Unreferenced pinned blocks, least recently freed first: evicted only as a last resort.
+        self._pinned_idle: OrderedDict[int, None] = OrderedDict()
+        self.pinned_budget = pinned_blocks
+        self.num_pinned = 0
         self._cached: dict[bytes, int] = {}
         # Counted in tokens at each admission: hits / queries is the share of prompt tokens reused.
         self.prefix_cache_hits = 0
@@ -67,7 +87,7 @@ class BlockManager:
     @property
     def num_free_blocks(self) -> int:
         """Blocks allocatable right now (plain free + evictable cached)."""
-        return len(self._free) + len(self._evictable)
+        return len(self._free) + len(self._evictable) + len(self._pinned_idle)
 
     @property
     def num_cached_blocks(self) -> int:
@@ -142,6 +162,7 @@ class BlockManager:
         first_admission = not seq.block_table and seq.num_computed_tokens == 0
         for bid in computed:
             self._take_ref(bid)
+            self._count_hit(self.blocks[bid])
         seq.block_table.extend(computed)
         if first_admission:
             seq.num_computed_tokens = seq.num_cached_tokens = num_computed
@@ -157,15 +178,24 @@ class BlockManager:
     def _take_ref(self, bid: int) -> None:
         block = self.blocks[bid]
         if block.ref_count == 0:
-            self._evictable.pop(bid)
+            (self._pinned_idle if block.pinned else self._evictable).pop(bid)
         block.ref_count += 1
+
+    def _count_hit(self, block: Block) -> None:
+        block.hits += 1
+        if not block.pinned and block.hits >= PIN_AFTER_HITS and self.num_pinned < self.pinned_budget:
+            block.pinned = True
+            self.num_pinned += 1
 
     def _pop_free_block(self) -> int:
         if self._free:
             bid = self._free.popleft()
         else:
-            bid, _ = self._evictable.popitem(last=False)
+            pool = self._evictable if self._evictable else self._pinned_idle
+            bid, _ = pool.popitem(last=False)
             block = self.blocks[bid]
+            if block.pinned:
+                self.num_pinned -= 1
             if block.hash is not None and self._cached.get(block.hash) == bid:
                 del self._cached[block.hash]
             block.clear_hash()
@@ -221,7 +251,9 @@ class BlockManager:
         if block.ref_count < 0:
             raise RuntimeError(f"block {bid} freed more times than referenced")
         if block.ref_count == 0:
-            if block.hash is not None:
+            if block.pinned:
+                self._pinned_idle[bid] = None
+            elif block.hash is not None:
                 self._evictable[bid] = None
             else:
                 self._free.append(bid)
@@ -231,10 +263,12 @@ class BlockManager:
 
         Hit/query counters are cumulative (they feed monotonic metrics) and are kept.
         """
-        for bid in self._evictable:
+        for bid in (*self._evictable, *self._pinned_idle):
             self.blocks[bid].clear_hash()
             self._free.append(bid)
         self._evictable.clear()
+        self._pinned_idle.clear()
         for block in self.blocks:
             block.clear_hash()
         self._cached.clear()
+        self.num_pinned = 0

@@ -39,6 +39,9 @@ class EngineConfig:
     # 0 = use the model's max_position_embeddings.
     max_model_len: int = 0
     enable_prefix_caching: bool = True
+    # Warm prefixes: KV blocks of prefixes reused often (system prompts, few-shot blocks) kept
+    # cached through churn, up to this many blocks (block_manager.py); 0 = plain LRU.
+    pinned_prefix_blocks: int = 0
     enable_chunked_prefill: bool = True
     # Torch intra-op threads for the engine process; 0 = leave torch's default.
     threads: int = 0

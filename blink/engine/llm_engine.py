@@ -89,7 +89,7 @@ class LLMEngine:
         self.runner = ModelRunner(config, model_path=path, calibration=calibration)
         self.max_model_len = self.runner.max_model_len
         self.block_manager = BlockManager(
-            self.runner.num_blocks, self.runner.block_size, config.enable_prefix_caching
+            self.runner.num_blocks, self.runner.block_size, config.enable_prefix_caching, config.pinned_prefix_blocks
         )
         self.speculator = build_speculator(config, self.runner, lambda: self.scheduler.num_running)
         lookahead = self.speculator.lookahead if self.speculator is not None else None

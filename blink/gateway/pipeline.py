@@ -16,14 +16,20 @@ run once the answer is complete (cache fill, token charge, cost, safety after-ch
 only render it: ``GenerationResponse`` / ``CachedReplayResponse`` for HTTP, ``Generation.stream``
 for the voice socket and batch lines. The sequence lease taken at admission is given back when
 the response ends, however it ends (``Generation.close``, called by whoever renders it).
+
+The server's own idle-lane jobs (gateway/precompute/, ``CacheDirectives.origin`` set) pass the same
+stages except the sequence quota and the rate limit, and are never shown to the ``observer`` that
+learns from users' cache outcomes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Protocol
 
 from blink.backends.base import Backend, Delta, GenerationRequest, Usage
 from blink.backends.registry import BackendRegistry
@@ -32,11 +38,13 @@ from blink.gateway.auth import ApiKey, check_model_allowed
 from blink.gateway.cache.entry import CachedResponse
 from blink.gateway.cache.head_start import HeadStart
 from blink.gateway.cache.replay import cached_deltas
-from blink.gateway.cache.stage import CacheDirectives
+from blink.gateway.cache.stage import CacheDirectives, CacheLookup
 from blink.gateway.front import ANONYMOUS_KEY, DEFAULT_TENANT, Admission, GatewayFront
 from blink.gateway.sequence_quota import NO_LEASE, SequenceLease, SequenceQuota
 from blink.obs import annotate, lap, stage
 from blink.protocol.errors import PermissionDeniedError
+
+log = logging.getLogger("blink.gateway.pipeline")
 
 # Lanes any caller may ask for: the default one (``normal`` is its old alias).
 DEFAULT_LANES = frozenset({"interactive", "normal"})
@@ -52,6 +60,16 @@ class Directives:
     # True (voice turns): a lane the key may not use runs at the default lane instead of a 403,
     # so a voice session works for every key but only keys granted the lane jump the queue.
     demote_lane: bool = False
+
+
+class GenerationObserver(Protocol):
+    """Sees users' cache outcomes (gateway/precompute/ learns from them), never the server's own
+    idle-lane jobs (``CacheDirectives.origin`` set): a job must not feed the statistics that chose it."""
+
+    def on_hit(self, key: ApiKey | None, req: GenerationRequest, lookup: CacheLookup) -> None: ...
+
+    def on_answer(self, key: ApiKey | None, req: GenerationRequest, lookup: CacheLookup,
+                  agg: ResponseAggregator) -> None: ...  # fmt: skip
 
 
 @dataclass(slots=True, eq=False)
@@ -112,6 +130,8 @@ class GenerationPipeline:
         self.registry = registry
         self.front = front
         self.quota = quota or SequenceQuota(0)
+        # Attached by the composition root when pre-computation is on (serve.py).
+        self.observer: GenerationObserver | None = None
 
     async def run(self, principal: ApiKey | None, req: GenerationRequest, directives: Directives) -> Generation:
         """Admit ``req`` for ``principal`` (None: API keys are off) and open its answer.
@@ -129,10 +149,14 @@ class GenerationPipeline:
         if front.cost is not None:  # a spent monthly budget: 429 budget_exceeded, before the rate limit
             front.cost.check(key_id)
         n = req.num_choices  # each choice of each prompt is one engine sequence
+        # The server's own idle-lane jobs keep the key's model permission and budget, but take
+        # nothing from its sequence quota or rate limit: speculative work must never 429 the user
+        # it is done for (the idle lane itself keeps it off the engine's user slots).
+        internal = bool(directives.cache.origin)
         # The quota before the rate limit: it can be given back, a counted request cannot.
-        lease = self.quota.acquire(principal, n)
+        lease = NO_LEASE if internal else self.quota.acquire(principal, n)
         try:
-            if front.limiter is not None:
+            if front.limiter is not None and not internal:
                 with stage("ratelimit"):
                     rpm, tpm = (principal.requests_per_minute, principal.tokens_per_minute) if principal else (0, 0)
                     adm.ticket = await front.limiter.admit(key_id, rpm, tpm, req.model, n)
@@ -142,11 +166,20 @@ class GenerationPipeline:
         except BaseException:
             lease.release()
             raise
+        observer = None if internal or adm.cache is None else self.observer
         if replay is not None:
             lease.release()
+            if observer is not None and adm.cache is not None:
+                try:
+                    observer.on_hit(principal, req, adm.cache)
+                except Exception:  # what learns from a hit never fails the hit
+                    log.exception("generation observer failed")
             return Generation(req, adm, replay, guarded, None, None)
         source: Backend = adm.head_start or guarded
-        return Generation(req, adm, None, source, front.on_complete(adm, req), front.usage_headers(adm), lease)
+        on_complete = front.on_complete(adm, req)
+        if observer is not None and adm.cache is not None and adm.cache.fill:
+            on_complete = _observed(on_complete, observer, principal, req, adm.cache)
+        return Generation(req, adm, None, source, on_complete, front.usage_headers(adm), lease)
 
     @staticmethod
     def _principal(key: ApiKey | None, model: str, directives: Directives) -> Admission:
@@ -200,6 +233,21 @@ class GenerationPipeline:
             key_id = adm.key.key_id if adm.key is not None else ANONYMOUS_KEY
             adm.headers += front.cost.cache_hit(key_id, adm.model, entry.prompt_tokens, entry.completion_tokens)
         return entry
+
+
+def _observed(
+    inner: Callable[[ResponseAggregator], None] | None, observer: GenerationObserver, key: ApiKey | None,
+    req: GenerationRequest, lookup: CacheLookup,
+) -> Callable[[ResponseAggregator], None]:  # fmt: skip
+    def done(agg: ResponseAggregator) -> None:
+        if inner is not None:
+            inner(agg)
+        try:
+            observer.on_answer(key, req, lookup, agg)
+        except Exception:  # what learns from a response never fails the response
+            log.exception("generation observer failed")
+
+    return done
 
 
 def _head_start(adm: Admission, backend: Backend, req: GenerationRequest) -> None:

@@ -67,6 +67,11 @@ SERIES_DOC = """\
 | `blink_engine_running` | gauge | model_name, priority | requests running in the engine per priority class |
 | `blink_engine_admitted_total` | counter | model_name, priority | requests the engine admitted per priority class |
 | `blink_engine_queue_wait_seconds_total` | counter | model_name, priority | summed engine queue wait (arrival to first step) per priority class; divide by `blink_engine_admitted_total` for the mean |
+| `blink_precompute_jobs_total` | counter | kind, outcome | idle-lane pre-computation jobs (refresh, predict) by outcome (done: an entry written; cached: already answerable; refused; failed) |
+| `blink_precompute_skipped_total` | counter | kind, reason | jobs not run: budget (tokens per hour), queue_full, storage (live predicted entries) |
+| `blink_precompute_tokens_total` | counter | kind | tokens spent in the idle lane by pre-computation |
+| `blink_precompute_hits_total` | counter | kind | cache hits served from a pre-computed entry (divide by the cache's hits for their share) |
+| `blink_precompute_budget_tokens` | gauge | | tokens the hourly pre-computation budget holds now |
 """
 
 _EVENT_COUNTERS = {

@@ -22,6 +22,8 @@ class CachedResponse:
 
     ``query`` is the text the semantic cache embedded; the hit guard compares a new request's
     text against it, so a near-miss is rejected even when the vectors are close.
+    ``precomputed`` names the idle-lane job that generated it (``refresh`` | ``predict``), empty for
+    an answer a user's own request produced: a hit on it is reported and counted as such.
     """
 
     kind: str
@@ -30,10 +32,13 @@ class CachedResponse:
     completion_tokens: int = 0
     query: str = ""
     created_at: float = field(default_factory=time.time)
+    precomputed: str = ""
 
     def to_bytes(self) -> bytes:
+        extra = {"precomputed": self.precomputed} if self.precomputed else {}
         return orjson.dumps(
             {
+                **extra,
                 "kind": self.kind,
                 "choices": [[c.text, c.finish_reason, c.tool_calls] for c in self.choices],
                 "usage": [self.prompt_tokens, self.completion_tokens],
@@ -52,4 +57,5 @@ class CachedResponse:
             completion_tokens=obj["usage"][1],
             query=obj.get("query", ""),
             created_at=obj.get("created_at", 0.0),
+            precomputed=obj.get("precomputed", ""),
         )

@@ -44,6 +44,8 @@ class CacheDirectives:
 
     lookup: bool = True
     store: bool = True
+    # Set only by the server's own idle-lane jobs (gateway/precompute/): the fill is marked with it.
+    origin: str = ""
 
     @classmethod
     def from_request(cls, cache_field: Any, cache_control: str) -> CacheDirectives:
@@ -68,11 +70,14 @@ class CacheLookup:
     vec: np.ndarray | None = None
     query: str = ""
     fill: bool = False
+    origin: str = ""
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         out = [(b"x-blink-cache", self.outcome.encode())]
         if self.similarity is not None:
             out.append((b"x-blink-cache-similarity", f"{self.similarity:.4f}".encode()))
+        if self.entry is not None and self.entry.precomputed:
+            out.append((b"x-blink-precomputed", self.entry.precomputed.encode()))
         return out
 
 
@@ -112,7 +117,7 @@ class ResponseCache:
         context, query = keys.split_query(req)
         ns = keys.namespace(tenant, req, context)
         key = keys.exact_key(tenant, req)
-        result = CacheLookup("miss", ns=ns, key=key, query=query, fill=directives.store)
+        result = CacheLookup("miss", ns=ns, key=key, query=query, fill=directives.store, origin=directives.origin)
         semantic = self._semantic_allowed(req, query)
         if not directives.lookup:
             result.outcome = "bypass"
@@ -164,6 +169,7 @@ class ResponseCache:
         entry = entry_from_rendered(rendered, lookup.query)
         if entry is None:
             return
+        entry.precomputed = lookup.origin
         try:
             await self.store.put(lookup.ns, lookup.key, lookup.vec, entry, self.settings.ttl_s)
         except Exception:

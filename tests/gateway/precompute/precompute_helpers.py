@@ -1,0 +1,30 @@
+"""A gateway built from settings, served on a free port for the module (pre-computation tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from live_server import LiveServer
+from upstream_server import FakeUpstream
+
+from blink.config import CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.serve import build_app
+
+
+def upstream_settings(upstream: FakeUpstream, cache: dict[str, Any], **extra: Any) -> Settings:
+    extra.setdefault("server", ServerSettings())
+    return Settings(
+        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        cache=CacheSettings.model_validate(cache),
+        **extra,
+    )
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[tuple[LiveServer, FastAPI]]:
+    app = build_app(settings)
+    with LiveServer(app) as server:
+        yield server, app
