@@ -43,14 +43,23 @@ class MeasuredQuality:
     increase: float  # relative perplexity increase over fp32, e.g. 0.0016 = +0.16%
     bound: float  # issue #22's bound for the mode
     measured: str  # where and on what
+    # Share of the 50 chat prompts whose greedy answer is fp32's, word for word (None: not measured).
+    # Perplexity can pass while the answers users read change: a default must keep most of them.
+    agreement: float | None = None
 
     @property
     def passes(self) -> bool:
-        return self.increase <= self.bound
+        return self.increase <= self.bound and (self.agreement is None or self.agreement >= MIN_AGREEMENT)
 
     def summary(self) -> str:
         verdict = "passes" if self.passes else "misses"
-        return f"{self.mode} {self.increase:+.2%} vs fp32, bound +{self.bound:.0%}: {verdict} ({self.measured})"
+        agree = "" if self.agreement is None else f", {self.agreement:.0%} of answers as fp32's (min {MIN_AGREEMENT:.0%})"
+        return f"{self.mode} {self.increase:+.2%} vs fp32, bound +{self.bound:.0%}{agree}: {verdict} ({self.measured})"
+
+
+# A default keeps at least half of fp32's greedy answers word for word (bf16 alone keeps 76%,
+# bf16 + int8-dense-prefill 74%: benchmarks/RESULTS.md).
+MIN_AGREEMENT = 0.5
 
 
 _WHERE = "SmolLM2-135M-Instruct, benchmarks/RESULTS.md 'Quality on real weights'"
@@ -59,7 +68,9 @@ INT8_QUALITY = MeasuredQuality("int8", 0.0016, 0.01, _WHERE)
 # W8A8 prefill, SmoothQuant-smoothed at engine start with the LM head kept weight-only
 # (layers/smoothing.py, linear_int8.quantize_model); its decode path is int8's (+0.16%). Before
 # smoothing it measured +4.03% and missed.
-W8A8_QUALITY = MeasuredQuality("int8-w8a8", 0.0142, 0.03, _WHERE)
+# It passes its perplexity bound but keeps only 14 of 50 greedy answers (it turns "What is the
+# capital of France?" into a wrong one), so it is not a default; ask for it by name.
+W8A8_QUALITY = MeasuredQuality("int8-w8a8", 0.0142, 0.03, _WHERE, agreement=14 / 50)
 
 # Machines this small give the engine every core (see the module docstring).
 _ALL_CORES_UP_TO = 2
