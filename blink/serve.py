@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, cast
 from fastapi import FastAPI
 
 from blink.backends.base import Backend
+from blink.backends.layered import LayeredServer
 from blink.backends.openai_http import OpenAIHTTPBackend
 from blink.backends.registry import BackendRegistry
 from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
 from blink.gateway.app import AppService, create_app
 from blink.gateway.batch.executor import PipelineLineExecutor
-from blink.gateway.compression.backend import CompressingBackend
 from blink.gateway.compression.metrics import CompressionCollector
+from blink.gateway.compression.middleware import Compressor
 from blink.gateway.cost_tracker import CostTracker, build_cost_tracker
 from blink.gateway.front import GatewayFront
 from blink.gateway.front_builder import build_front_factory, build_key_store
@@ -117,7 +118,7 @@ def build_registry(settings: Settings, encoder: EncoderClient | None = None) -> 
     for model in settings.models:
         backend = build_backend(model)
         if model.compression is not None:
-            backend = CompressingBackend(backend, model.compression, registry.resolve)
+            backend = LayeredServer(backend, Compressor(model.compression, registry.resolve))
         backends[model.name] = backend
         registry.add(model.name, backend)
     for route in settings.routes:
@@ -131,7 +132,7 @@ def register_router_metrics(app: FastAPI, settings: Settings) -> None:
     if settings.routes:
         routed = [cast(RoutedBackend, app.state.registry.resolve(r.name)) for r in settings.routes]
         app.state.metrics.registry.register(RouterCollector(routed))
-    compressing = [(m.name, cast(CompressingBackend, app.state.registry.resolve(m.name)).stats)
+    compressing = [(m.name, cast(LayeredServer[Compressor], app.state.registry.resolve(m.name)).middleware.stats)
                    for m in settings.models if m.compression is not None]
     if compressing:
         app.state.metrics.registry.register(CompressionCollector(compressing))

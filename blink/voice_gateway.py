@@ -26,7 +26,7 @@ from fastapi import APIRouter
 from prometheus_client import CollectorRegistry
 from starlette.websockets import WebSocket
 
-from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard
+from blink.backends.base import Delta, GenerationRequest, StreamSource
 from blink.backends.registry import BackendRegistry
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, KeyStore
 from blink.gateway.front import GatewayFront
@@ -43,19 +43,19 @@ log = logging.getLogger("blink.voice")
 _CLOSE_POLICY, _CLOSE_SERVER_ERROR = 1008, 1011
 
 
-class GatewayPathBackend:
-    """One session's turns as chat completions through the gateway's generation pipeline."""
+class GatewayPath:
+    """One session's turns as chat completions through the gateway's generation pipeline.
+
+    A ``StreamSource``, not a model server: the voice session only streams from it, and the
+    servers behind it are the registry's (their health and load are theirs).
+    """
 
     name = "gateway"
 
-    def __init__(self, registry: BackendRegistry, pipeline: GenerationPipeline, key: ApiKey | None) -> None:
-        self.registry = registry
+    def __init__(self, pipeline: GenerationPipeline, key: ApiKey | None) -> None:
         self.pipeline = pipeline
         # The session's principal, checked again on every turn (limits and budget move between turns).
         self.key = key
-
-    def models(self) -> list[ModelCard]:
-        return self.registry.model_cards()
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         gen = await self.pipeline.run(self.key, req, Directives(demote_lane=True))
@@ -68,18 +68,6 @@ class GatewayPathBackend:
         finally:
             gen.close()
 
-    async def health(self) -> Health:
-        return Health(ok=True)
-
-    def load(self) -> Load:
-        return Load()
-
-    async def start(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
-
 
 class VoiceGate:
     """Admits a WebSocket like AuthMiddleware admits a request (it only sees HTTP scopes)."""
@@ -89,7 +77,7 @@ class VoiceGate:
         self.key_store = key_store
         self.pipeline: GenerationPipeline | None = None
 
-    async def open(self, ws: WebSocket) -> Backend:
+    async def open(self, ws: WebSocket) -> StreamSource:
         key: ApiKey | None = None
         if self.key_store is not None:
             secret = _presented_key(ws)
@@ -101,7 +89,7 @@ class VoiceGate:
                 raise AuthenticationError("Incorrect API key provided.")
             ws.scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = key
         pipeline = self.pipeline or GenerationPipeline(self.registry, GatewayFront())
-        return GatewayPathBackend(self.registry, pipeline, key)
+        return GatewayPath(pipeline, key)
 
 
 def _presented_key(ws: WebSocket) -> str | None:

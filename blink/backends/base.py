@@ -1,12 +1,22 @@
 """The one seam between callers (gateway, voice) and models.
 
-Every model, embedded or remote, is reached through ``Backend.stream``. The request and
-the deltas are plain dataclasses so the gateway never sees engine or HTTP-client types.
+Two things live on this seam, kept apart on purpose:
+
+- a ``ModelServer`` is a model's lifecycle: it starts, reports health and engine gauges, streams,
+  and closes. The embedded engine, an OpenAI-compatible upstream and a routed pool are servers.
+- a ``StreamFn`` is one request's stream. Per-request behaviour (the semantic cache's head start,
+  the safety guard, prompt compression, the voice socket's trip through the gateway) is
+  ``StreamMiddleware``: a function from the stream it wraps to a new one. A middleware has no
+  health or load of its own to fake; what a response needs besides the stream is its name
+  (``StreamSource``).
+
+The request and the deltas are plain dataclasses so the gateway never sees engine or HTTP-client
+types.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -76,7 +86,9 @@ class GenerationRequest:
     # A batched completion (several prompts): all of them, ``prompt`` being the first. Choice
     # ``i`` of prompt ``p`` has index ``p * n + i`` (OpenAI's and vLLM's numbering).
     prompts: list[str | list[int]] | None = None
-    # The original JSON body, so an HTTP upstream can receive fields we do not model.
+    # The client's JSON body, as sent: what an HTTP upstream gets for the fields we do not model.
+    # Never edit it to change the request: edit the typed fields, which a forwarding server writes
+    # over it (messages / prompt, max_tokens, logprobs: openai_http's ``_with_modelled_fields``).
     raw: dict[str, Any] = field(default_factory=dict)
     # Absolute deadline (time.monotonic()) or None.
     deadline: float | None = None
@@ -173,12 +185,15 @@ class Health:
 
 @dataclass(slots=True)
 class Load:
-    """What routing reads: live queue depth and recent latency (EWMA, milliseconds)."""
+    """A server's own gauges: queue depth, KV usage, batch and speculation figures.
+
+    Latency is not here: the router measures every replica's TTFT itself, with one estimator
+    (``PeakEwma`` in blink/gateway/router/balancer.py), so replicas of every kind compare on one
+    scale.
+    """
 
     running: int = 0
     waiting: int = 0
-    ttft_ms_ewma: float | None = None
-    itl_ms_ewma: float | None = None
     kv_usage: float | None = None
     prefix_cache_hit_rate: float | None = None
     # Sequences in the last engine step, and the speculative-decoding acceptance rate (None
@@ -202,31 +217,72 @@ class ModelCard:
     max_model_len: int | None = None
 
 
+StreamFn = Callable[[GenerationRequest], AsyncIterator[Delta]]
+"""One request's deltas. Raise ``BlinkError`` before the first delta for request errors (context
+length, bad params). Closing the iterator early (client disconnect) must abort the generation and
+release its resources."""
+
+StreamMiddleware = Callable[[StreamFn], StreamFn]
+"""Per-request behaviour around a stream: takes the stream it wraps, returns the wrapped one."""
+
+
 @runtime_checkable
-class Backend(Protocol):
-    """A model server: the embedded engine, an OpenAI-compatible upstream, or a pool."""
+class StreamSource(Protocol):
+    """What a response streams from: a stream and the name it reports (``x-blink-backend``).
+
+    Every ``ModelServer`` is one; so is a server's stream with middleware around it (``Source``).
+    """
+
+    name: str
+
+    def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A named stream function: a server's stream after per-request middleware."""
+
+    name: str
+    stream: StreamFn
+
+
+def with_middleware(source: StreamSource, *middleware: StreamMiddleware) -> Source:
+    """``source``'s stream inside ``middleware`` (the first listed is the outermost)."""
+    fn: StreamFn = source.stream
+    for mw in reversed(middleware):
+        fn = mw(fn)
+    return Source(source.name, fn)
+
+
+@runtime_checkable
+class ModelServer(Protocol):
+    """A model server's lifecycle: the embedded engine, an OpenAI-compatible upstream, a pool."""
 
     name: str
 
     def models(self) -> list[ModelCard]:
-        """Model ids this backend serves."""
+        """Model ids this server serves."""
         ...
 
     def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
-        """Yield deltas as they are produced. Raise ``BlinkError`` before the first delta
-        for request errors (context length, bad params). Closing the iterator early (client
-        disconnect) must abort the generation and release its resources."""
+        """Yield deltas as they are produced (the contract of ``StreamFn``)."""
         ...
 
     async def health(self) -> Health: ...
 
-    def load(self) -> Load: ...
+    def load(self) -> Load:
+        """The server's own gauges (engine queue, KV usage); never latency, which routing measures."""
+        ...
 
     async def start(self) -> None:
         """Start background resources (processes, connection pools); idempotent."""
         ...
 
     async def aclose(self) -> None: ...
+
+
+# The name most of the tree knows a model server by (registries, tiers, replicas).
+Backend = ModelServer
 
 
 @runtime_checkable

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -57,9 +56,6 @@ from blink.supervision_config import SupervisionSettings
 
 log = logging.getLogger("blink.backends.embedded")
 
-# EWMA weight for the latency figures routing reads: ~the last 10 requests dominate.
-_EWMA_ALPHA = 0.2
-
 
 class EmbeddedBackend:
     """One model served by Blink's own engine in a separate engine-core process."""
@@ -79,8 +75,6 @@ class EmbeddedBackend:
         self.engine = AsyncEngine(config)
         self.supervisor = EngineSupervisor(self.engine, supervision or SupervisionSettings(), name)
         self._fallback_model = fallback_model
-        self._ttft_ewma: float | None = None
-        self._itl_ewma: float | None = None
         self._encoder: PromptEncoder | None = None
         self.is_demo_model = False
 
@@ -126,8 +120,6 @@ class EmbeddedBackend:
         return Load(
             running=st.num_running,
             waiting=st.num_waiting,
-            ttft_ms_ewma=self._ttft_ewma,
-            itl_ms_ewma=self._itl_ewma,
             kv_usage=st.kv_usage,
             prefix_cache_hit_rate=st.prefix_cache_hit_rate,
             batch_size=st.batch_size,
@@ -247,7 +239,6 @@ class EmbeddedBackend:
             raise InvalidRequestError(str(exc), param=param) from exc
         except EngineDeadError as exc:
             raise self.supervisor.unavailable(str(exc)) from exc
-        start = time.monotonic()
         usage = Usage(prompt_tokens=sum(len(p) for p in prompts))
         prefix = PromptPrefix(self.engine.tokenizer, req, prompts, n)
         if len(jobs) == 1:
@@ -256,19 +247,10 @@ class EmbeddedBackend:
             slots = self._choice_slots(len(jobs))
             source = self._merge([self._one(f"{req.request_id}-{index}", prompt, params, index, slots)
                                   for index, prompt, params in jobs])
-        first_at: float | None = None
-        last_at = start
         tokens = 0
         remaining = len(jobs)
         try:
             async for index, out in source:
-                now = time.monotonic()
-                if first_at is None:
-                    first_at = now
-                    self._ttft_ewma = _ewma(self._ttft_ewma, (now - start) * 1000)
-                elif out.new_token_ids:
-                    self._itl_ewma = _ewma(self._itl_ewma, (now - last_at) * 1000 / len(out.new_token_ids))
-                last_at = now
                 delta = Delta(index=index, text=out.text, token_ids=out.new_token_ids,
                               logprobs=self._logprobs(out) if out.logprobs else None,
                               finish_reason=out.finish_reason if out.finished else None)
@@ -360,10 +342,6 @@ def _engine_priority(priority: str | None) -> str:
 
 def _by_class(values: list[Any]) -> dict[str, Any] | None:
     return dict(zip(PRIORITY_RANK, values, strict=False)) if values else None
-
-
-def _ewma(prev: float | None, value: float) -> float:
-    return value if prev is None else prev + _EWMA_ALPHA * (value - prev)
 
 
 def serving_choice(ms: Any) -> ServingChoice:

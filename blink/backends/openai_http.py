@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import AsyncIterator, Collection
 from http import HTTPStatus
 from typing import Any
@@ -39,8 +38,6 @@ from blink.protocol.errors import (
 _MAX_ERROR_BODY = 64 * 1024
 # An upstream that sent [DONE] but keeps the body open gets this long before we drop it.
 _DRAIN_TIMEOUT_S = 0.5
-# EWMA weight of the newest TTFT sample (about the last ten requests).
-_EWMA_ALPHA = 0.1
 # A health check that takes longer than this says the upstream is not healthy enough to use.
 _HEALTH_TIMEOUT_S = 2.0
 
@@ -80,7 +77,6 @@ class OpenAIHTTPBackend:
         self._max_connections = max_connections
         self._client: Http1Pool | None = None
         self._running = 0
-        self._ttft_ewma: float | None = None
 
     # -- Backend protocol ---------------------------------------------------------------------
 
@@ -109,7 +105,7 @@ class OpenAIHTTPBackend:
         return Health(ok=resp.status == 200, detail=f"GET /models -> {resp.status}")
 
     def load(self) -> Load:
-        return Load(running=self._running, ttft_ms_ewma=self._ttft_ewma)
+        return Load(running=self._running)
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         _refuse_unrelayed(req)
@@ -123,7 +119,6 @@ class OpenAIHTTPBackend:
         else:
             path = "/chat/completions" if req.kind == "chat" else "/completions"
             headers, body = self._post_headers, orjson.dumps(self._upstream_body(req))
-        t0 = time.perf_counter()
         self._running += 1
         resp: Http1Response | None = None
         try:
@@ -142,12 +137,8 @@ class OpenAIHTTPBackend:
                 _native_decoder(req.native_api, self.name) if native is not None
                 else StreamDecoder(self.name, req.kind, _error_from_body))
             chunks = resp.chunks()
-            first = True
             async for chunk in chunks:
                 for delta in decoder.feed(chunk):
-                    if first:
-                        first = False
-                        self._record_ttft((time.perf_counter() - t0) * 1000.0)
                     yield delta
                 if decoder.error is not None:
                     raise decoder.error
@@ -212,16 +203,12 @@ class OpenAIHTTPBackend:
         return self._client
 
     def _upstream_body(self, req: GenerationRequest) -> dict[str, Any]:
-        body = dict(req.raw) if req.raw else _body_from_options(req)
+        body = _with_modelled_fields(dict(req.raw), req) if req.raw else _body_from_options(req)
         body["model"] = self.upstream_model or req.model
         body["stream"] = True
         # Always ask for usage; the gateway drops it when the client did not.
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         return body
-
-    def _record_ttft(self, ms: float) -> None:
-        prev = self._ttft_ewma
-        self._ttft_ewma = ms if prev is None else prev + _EWMA_ALPHA * (ms - prev)
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> None:
@@ -244,6 +231,29 @@ def _refuse_unrelayed(req: GenerationRequest) -> None:
             "'prompt_logprobs' is not supported for this model: the gateway does not relay it from an upstream server.",
             param="prompt_logprobs", code="unsupported_parameter",
         )
+
+
+def _with_modelled_fields(body: dict[str, Any], req: GenerationRequest) -> dict[str, Any]:
+    """The client's body with the fields the gateway may change written from the typed request.
+
+    Retries, fallbacks (continuation), the cascade's logprob probe and prompt compression edit only
+    ``GenerationRequest``'s typed fields; ``raw`` stays the client's body and supplies what is not
+    modelled (tools, response_format, vendor extras). So the typed value always wins here.
+    """
+    o = req.options
+    if req.kind == "chat":
+        body["messages"] = req.messages or []
+        if o.logprobs:
+            body["logprobs"] = True
+            if o.top_logprobs or "top_logprobs" in body:
+                body["top_logprobs"] = o.top_logprobs
+    else:
+        body["prompt"] = req.prompts if req.prompts is not None else req.prompt
+        if o.logprobs:
+            body["logprobs"] = o.top_logprobs
+    if o.max_tokens is not None:
+        body["max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"] = o.max_tokens
+    return body
 
 
 def _body_from_options(req: GenerationRequest) -> dict[str, Any]:

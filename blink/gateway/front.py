@@ -15,7 +15,7 @@ from typing import Any
 
 from starlette.datastructures import Headers
 
-from blink.backends.base import Backend, GenerationRequest, Usage
+from blink.backends.base import GenerationRequest, StreamSource, Usage
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import ApiKey
 from blink.gateway.cache.head_start import HeadStart
@@ -72,9 +72,9 @@ class GatewayFront:
         """Take the per-request cache switches; removes ``cache`` from the body (not an OpenAI field)."""
         return CacheDirectives.from_request(raw.pop("cache", None), headers.get("cache-control", ""))
 
-    def guard(self, backend: Backend, model: str) -> Backend:
-        """The backend as this model's safety mode wants it (wrapped in blocking mode)."""
-        return backend if self.safety is None else self.safety.guard(backend, model)
+    def guard(self, source: StreamSource, model: str) -> StreamSource:
+        """The stream as this model's safety mode wants it (inside the guard in blocking mode)."""
+        return source if self.safety is None else self.safety.guard(source, model)
 
     def on_complete(self, adm: Admission, req: GenerationRequest | None = None) -> Callable[[ResponseAggregator], None] | None:
         """The callback GenerationResponse runs after a full response, or None when nothing needs it."""

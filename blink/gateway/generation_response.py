@@ -17,7 +17,7 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from blink.backends.base import Backend, Delta, GenerationRequest, Usage
+from blink.backends.base import Delta, GenerationRequest, StreamSource, Usage
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.errors import error_messages
 from blink.gateway.streaming import DONE, KEEP_ALIVE, ChunkEncoder, error_event
@@ -37,7 +37,7 @@ _KEEPALIVE_S = 15.0
 class GenerationResponse(Response):
     def __init__(
         self,
-        backend: Backend,
+        backend: StreamSource,
         req: GenerationRequest,
         *,
         stream: bool,

@@ -11,6 +11,10 @@ it. Now there is one order, for everyone:
                -> monthly budget (429) -> per-key sequence quota (429) -> rate limit (429)
     then:      safety guard -> exact/semantic cache (+ head start) -> routing -> backend
 
+The live source is the model server's stream inside this request's stream middleware
+(blink/backends/base.py: ``StreamMiddleware``; the safety guard) or the head start's opened call:
+per-request behaviour wraps the stream, never the server, so nothing here fakes health or load.
+
 ``run`` returns a ``Generation``: either a cache replay or a live source, plus the hooks that
 run once the answer is complete (cache fill, token charge, cost, safety after-check). Callers
 only render it: ``GenerationResponse`` / ``CachedReplayResponse`` for HTTP, ``Generation.stream``
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
-from blink.backends.base import Backend, Delta, GenerationRequest, Usage
+from blink.backends.base import Delta, GenerationRequest, StreamSource, Usage
 from blink.backends.registry import BackendRegistry
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import ApiKey, check_model_allowed
@@ -80,8 +84,9 @@ class Generation:
     admission: Admission
     # A cache hit to replay; then ``source`` is not to be called.
     replay: CachedResponse | None
-    # The backend to stream from (guarded, or the call opened during the lookup).
-    source: Backend
+    # What to stream from: the model server's stream inside this request's middleware (the safety
+    # guard), or the call opened during the lookup (head start).
+    source: StreamSource
     # Run with the whole response once it was delivered in full; it only schedules work.
     on_complete: Callable[[ResponseAggregator], None] | None
     # Headers that need the whole response's usage (``x-blink-cost-usd``), or None.
@@ -175,7 +180,7 @@ class GenerationPipeline:
                 except Exception:  # what learns from a hit never fails the hit
                     log.exception("generation observer failed")
             return Generation(req, adm, replay, guarded, None, None)
-        source: Backend = adm.head_start or guarded
+        source: StreamSource = adm.head_start or guarded
         on_complete = front.on_complete(adm, req)
         if observer is not None and adm.cache is not None and adm.cache.fill:
             on_complete = _observed(on_complete, observer, principal, req, adm.cache)
@@ -205,7 +210,7 @@ class GenerationPipeline:
             param="x-blink-priority", code="priority_not_allowed",
         )
 
-    async def _lookup(self, adm: Admission, req: GenerationRequest, backend: Backend) -> CachedResponse | None:
+    async def _lookup(self, adm: Admission, req: GenerationRequest, source: StreamSource) -> CachedResponse | None:
         """A cached answer, or None (then ``adm`` carries what the fill needs).
 
         With ``cache.semantic.head_start`` the backend call opens while the embedding runs
@@ -219,7 +224,7 @@ class GenerationPipeline:
         try:
             with stage("cache"):
                 adm.cache = await cache.lookup(req, adm.tenant, adm.directives,
-                                               partial(_head_start, adm, backend, req) if head else None)
+                                               partial(_head_start, adm, source, req) if head else None)
         except BaseException:
             _drop_head_start(adm, front)
             raise
@@ -250,8 +255,8 @@ def _observed(
     return done
 
 
-def _head_start(adm: Admission, backend: Backend, req: GenerationRequest) -> None:
-    adm.head_start = HeadStart(backend, req)
+def _head_start(adm: Admission, source: StreamSource, req: GenerationRequest) -> None:
+    adm.head_start = HeadStart(source, req)
 
 
 def _drop_head_start(adm: Admission, front: GatewayFront) -> None:

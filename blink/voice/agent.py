@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from blink.backends.base import Backend
+from blink.backends.base import StreamSource
 from blink.voice.chunker import ClauseChunker
 from blink.voice.llm import DEFAULT_SYSTEM_PROMPT, LlmStage
 from blink.voice.pipeline import Pipeline
@@ -34,7 +34,7 @@ class VoiceAgent:
     """Models loaded once (STT, TTS) and shared; the VAD and the conversation are per session."""
 
     # None when each session brings its own (the gateway path, with the session's API key).
-    backend: Backend | None
+    backend: StreamSource | None
     model: str
     transcriber: Transcriber
     synthesizer: Synthesizer
@@ -43,7 +43,7 @@ class VoiceAgent:
     # The semantic end-of-turn model (shared, thread-safe); None: silence alone ends a turn.
     turn_completion: TurnCompletion | None = None
 
-    def pipeline(self, backend: Backend | None = None) -> Pipeline:
+    def pipeline(self, backend: StreamSource | None = None) -> Pipeline:
         """A fresh session; ``backend`` replaces the shared one (the gateway path with the session's key)."""
         o = self.options
         backend = backend or self.backend

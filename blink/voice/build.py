@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from blink.backends.base import Backend
+from blink.backends.base import StreamSource
 from blink.voice.agent import VoiceAgent, VoiceOptions
 from blink.voice.llm import DEFAULT_SYSTEM_PROMPT
 from blink.voice.metrics import VoiceMetrics
@@ -27,7 +27,7 @@ def build_synthesizer(settings: VoiceSettings) -> Synthesizer:
     return EspeakSynthesizer(settings.tts_voice, settings.tts_words_per_minute)
 
 
-def build_voice_agent(settings: VoiceSettings, backend: Backend | None, model: str) -> VoiceAgent:
+def build_voice_agent(settings: VoiceSettings, backend: StreamSource | None, model: str) -> VoiceAgent:
     SileroVad()  # fail at start-up, not at the first call, when the VAD model or onnxruntime is missing
     return VoiceAgent(
         backend=backend,
@@ -48,7 +48,7 @@ def build_voice_agent(settings: VoiceSettings, backend: Backend | None, model: s
 
 
 def build_voice_sessions(settings: VoiceSettings, model: str, metrics_registry: CollectorRegistry | None,
-                         gate: SessionGate, backend: Backend | None = None) -> VoiceSessions:
+                         gate: SessionGate, backend: StreamSource | None = None) -> VoiceSessions:
     """``gate`` gives each session its backend (the gateway path); ``backend`` is for callers without one."""
     limits = VoiceLimits(max_sessions=settings.max_sessions, max_chunk_bytes=settings.max_chunk_bytes,
                          max_session_s=settings.max_session_s)

@@ -1,4 +1,4 @@
-"""The agent's answer, streamed from any ``Backend`` (embedded engine, HTTP upstream, pool).
+"""The agent's answer, streamed from any ``StreamSource`` (a model server, or the gateway path).
 
 A final transcript starts a generation at once, speculatively: its text is held back (here, or
 with ``hold=False`` by the TTS stage, which then speaks it speculatively too) until
@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from blink.backends.base import Backend, GenerationRequest, SamplingOptions
+from blink.backends.base import GenerationRequest, SamplingOptions, StreamSource
 from blink.protocol.errors import BlinkError
 from blink.voice.frames import (
     EndFrame,
@@ -40,7 +40,7 @@ DEFAULT_SYSTEM_PROMPT = (
 
 
 class LlmStage:
-    def __init__(self, backend: Backend, model: str, *, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    def __init__(self, backend: StreamSource, model: str, *, system_prompt: str = DEFAULT_SYSTEM_PROMPT,
                  max_tokens: int = 128, temperature: float = 0.7, history_turns: int = 8, hold: bool = True) -> None:
         self.backend = backend
         self.model = model

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from blink.backends.base import Backend
+from blink.backends.base import StreamSource
 from blink.protocol.errors import BlinkError
 from blink.voice.agent import VoiceAgent
 from blink.voice.frames import (
@@ -78,7 +78,7 @@ class VoiceLimits:
 class SessionGate(Protocol):
     """Admits a session and gives the backend its turns go through (raises ``BlinkError`` to refuse)."""
 
-    async def open(self, ws: WebSocket) -> Backend: ...
+    async def open(self, ws: WebSocket) -> StreamSource: ...
 
 
 class _Refused(Exception):
@@ -138,7 +138,7 @@ class VoiceSessions:
         self.active = 0
 
     async def serve(self, ws: WebSocket) -> None:
-        backend: Backend | None = None
+        backend: StreamSource | None = None
         if self.gate is not None:
             try:
                 backend = await self.gate.open(ws)
@@ -160,7 +160,7 @@ class VoiceSessions:
 
 
 class _Session:
-    def __init__(self, ws: WebSocket, owner: VoiceSessions, backend: Backend | None) -> None:
+    def __init__(self, ws: WebSocket, owner: VoiceSessions, backend: StreamSource | None) -> None:
         self.ws = ws
         self.owner = owner
         self.limits = owner.limits

@@ -12,6 +12,7 @@ from upstream_server import FakeUpstream
 
 from blink.backends.base import Delta, GenerationRequest, SamplingOptions
 from blink.backends.openai_http import OpenAIHTTPBackend
+from blink.gateway.router.attempt_request import continuation, with_logprobs
 from blink.protocol.errors import (
     BackendTimeoutError,
     BackendUnavailableError,
@@ -68,6 +69,25 @@ async def test_completion_from_options_only(up: FakeUpstream) -> None:
     assert "".join(d.text for d in deltas) == " t0 t1"
     assert [lp.token for d in deltas for lp in d.logprobs or []] == [" t0", " t1"]
     assert up.requests[-1]["max_tokens"] == 2 and up.requests[-1]["logprobs"] == 1
+    await b.aclose()
+
+
+async def test_edits_to_the_typed_request_reach_the_upstream(up: FakeUpstream) -> None:
+    """A fallback's continuation and the cascade's logprob probe edit only the typed request; the
+    body sent upstream carries those edits over the client's body, whose other fields pass through
+    and which itself stays as the client sent it."""
+    b = backend(up)
+    req = chat(user="alice", max_completion_tokens=8)
+    req.options.max_tokens = 8
+    edited = continuation(with_logprobs(req), " t0 t1", 2)
+    deltas = await collect(b, edited)
+    sent = up.requests[-1]
+    assert sent["messages"] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": " t0 t1"}]
+    assert sent["max_completion_tokens"] == 6 and "max_tokens" not in sent
+    assert sent["logprobs"] is True and sent["user"] == "alice"
+    assert any(d.logprobs for d in deltas)
+    assert req.raw == {"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": "alice",
+                       "max_completion_tokens": 8}
     await b.aclose()
 
 

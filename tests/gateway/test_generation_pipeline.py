@@ -2,7 +2,7 @@
 limit, the principal in the request log, and voice turns through the same admission.
 
 HTTP cases run a real gateway with API keys (a real keys db) in front of the real fake upstream,
-through the real ``openai`` client; voice turns call the real ``GatewayPathBackend`` adapter on
+through the real ``openai`` client; voice turns call the real ``GatewayPath`` adapter on
 a real pipeline (a whole voice session needs Whisper and an engine; the adapter is the seam).
 """
 
@@ -28,7 +28,7 @@ from blink.gateway.ratelimit import RateLimiter
 from blink.gateway.sequence_quota import SequenceQuota
 from blink.protocol.errors import PermissionDeniedError, RateLimitError
 from blink.serve import build_app, build_registry
-from blink.voice_gateway import GatewayPathBackend
+from blink.voice_gateway import GatewayPath
 
 MSGS = [{"role": "user", "content": "hi"}]
 
@@ -203,12 +203,12 @@ def _key(**fields: object) -> ApiKey:
     return ApiKey(key_id=f"k{time.monotonic_ns()}", tenant="acme", **fields)  # type: ignore[arg-type]
 
 
-async def _answer(backend: GatewayPathBackend, req: GenerationRequest) -> str:
+async def _answer(backend: GatewayPath, req: GenerationRequest) -> str:
     return "".join([d.text async for d in backend.stream(req) if d.text])
 
 
 async def test_a_voice_turn_passes_model_permission_and_the_rate_limit(pipeline: GenerationPipeline) -> None:
-    restricted = GatewayPathBackend(pipeline.registry, pipeline, _key(models=["fake"], requests_per_minute=1))
+    restricted = GatewayPath(pipeline, _key(models=["fake"], requests_per_minute=1))
     with pytest.raises(PermissionDeniedError):
         await _answer(restricted, _turn(model="other"))
     assert await _answer(restricted, _turn())
@@ -218,11 +218,11 @@ async def test_a_voice_turn_passes_model_permission_and_the_rate_limit(pipeline:
 
 async def test_a_voice_turn_runs_in_the_voice_lane_only_for_keys_granted_it(pipeline: GenerationPipeline) -> None:
     plain, granted = _turn(), _turn()
-    await _answer(GatewayPathBackend(pipeline.registry, pipeline, _key()), plain)
-    await _answer(GatewayPathBackend(pipeline.registry, pipeline, _key(scopes=["priority:voice"])), granted)
+    await _answer(GatewayPath(pipeline, _key()), plain)
+    await _answer(GatewayPath(pipeline, _key(scopes=["priority:voice"])), granted)
     assert plain.priority is None and granted.priority == "voice"
     anonymous = _turn()  # API keys off: every lane, as before
-    await _answer(GatewayPathBackend(pipeline.registry, pipeline, None), anonymous)
+    await _answer(GatewayPath(pipeline, None), anonymous)
     assert anonymous.priority == "voice"
 
 

@@ -16,21 +16,21 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from blink.backends.base import Backend, Delta, GenerationRequest
-from blink.backends.wrapping import WrappingBackend
+from blink.backends.base import Delta, GenerationRequest, StreamSource
 
 
-class HeadStart(WrappingBackend):
-    """One request's already-started backend stream, handed on as a ``Backend``.
+class HeadStart:
+    """One request's already-started stream, handed on as a ``StreamSource`` (same name).
 
     The first delta is fetched by a task (so it runs while the lookup awaits the embedder); the
     rest is pulled by the response as usual, so backpressure and disconnects work as without it.
     """
 
-    def __init__(self, backend: Backend, req: GenerationRequest) -> None:
-        super().__init__(backend)
+    def __init__(self, source: StreamSource, req: GenerationRequest) -> None:
+        self.inner = source
+        self.name = source.name
         self._req = req
-        self._it = backend.stream(req)
+        self._it = source.stream(req)
         self._first: asyncio.Task[Delta] = asyncio.ensure_future(anext(self._it))  # type: ignore[arg-type]
         self._taken = False
 

@@ -1,4 +1,9 @@
-"""Per-attempt copies of a request: the cascade's logprob probe and mid-stream continuation."""
+"""Per-attempt copies of a request: the cascade's logprob probe and mid-stream continuation.
+
+Only the typed fields are edited: ``raw`` is the client's body, and a server that forwards it
+writes the typed fields over it (openai_http's ``_with_modelled_fields``), so one edit reaches
+every kind of server.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +17,6 @@ def with_logprobs(req: GenerationRequest) -> GenerationRequest:
     out = copy.copy(req)
     out.options = copy.copy(req.options)
     out.options.logprobs = True
-    out.raw = dict(req.raw)
-    if req.kind == "chat":
-        out.raw["logprobs"] = True
-    elif out.raw.get("logprobs") is None:
-        out.raw["logprobs"] = 0
     return out
 
 
@@ -27,17 +27,10 @@ def continuation(req: GenerationRequest, sent: str, sent_tokens: int) -> Generat
     The completion budget shrinks by what was already sent."""
     out = copy.copy(req)
     out.options = copy.copy(req.options)
-    out.raw = dict(req.raw)
     if req.options.max_tokens is not None:
-        left = max(1, req.options.max_tokens - sent_tokens)
-        out.options.max_tokens = left
-        for key in ("max_tokens", "max_completion_tokens"):
-            if key in out.raw:
-                out.raw[key] = left
+        out.options.max_tokens = max(1, req.options.max_tokens - sent_tokens)
     if req.kind == "chat":
         out.messages = [*(req.messages or []), {"role": "assistant", "content": sent}]
-        out.raw["messages"] = out.messages
     else:
         out.prompt = (req.prompt if isinstance(req.prompt, str) else "") + sent
-        out.raw["prompt"] = out.prompt
     return out

@@ -1,7 +1,7 @@
 """Latency-budget routing: the cheapest tier whose predicted TTFT fits the request's budget.
 
 Budget: ``x-blink-latency-budget-ms`` or the route's default. Predicted TTFT of a tier = its
-recent TTFT (EWMA) x (1 + requests queued per available replica): every request ahead in the
+recent TTFT (the router's peak EWMA) x (1 + requests queued per available replica): every request ahead in the
 queue costs about one more prefill. A tier with no sample yet uses its configured prior.
 """
 
@@ -15,7 +15,7 @@ from blink.gateway.router.policy import Route, TierView
 
 def predicted_ttft_ms(tier: TierView, prior_ms: float) -> float:
     load = tier.load
-    base = load.ttft_ms_ewma if load.ttft_ms_ewma is not None else prior_ms
+    base = tier.ttft_ms if tier.ttft_ms is not None else prior_ms
     replicas = max(tier.available, 1)
     queued = load.waiting
     if tier.concurrency > 0:

@@ -23,6 +23,7 @@ class TierView:
     replicas: int
     available: int  # replicas whose breaker lets traffic through
     concurrency: int = 0  # the tier's admission cap (0 = unlimited)
+    ttft_ms: float | None = None  # the router's own TTFT estimate (peak EWMA; None: no sample yet)
 
 
 @dataclass(slots=True)

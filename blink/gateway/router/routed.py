@@ -137,7 +137,7 @@ class RoutedBackend:
         """A slot on the first tier in ``order`` that takes the request in time, else 503 at once."""
         for i, tier in enumerate(order):
             budget = req.latency_budget_ms if req.latency_budget_ms is not None else self.config.default_budget_ms
-            ttft = tier.load().ttft_ms_ewma if budget is not None and tier.admission.config.max_concurrency else None
+            ttft = tier.ttft_ms() if budget is not None and tier.admission.config.max_concurrency else None
             fut = tier.admission.try_enter(req.priority, budget, ttft)
             if fut is None:
                 continue

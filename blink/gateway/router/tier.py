@@ -56,24 +56,23 @@ class Tier:
         self._balancer = balancer or P2CBalancer()
 
     def load(self) -> Load:
-        """Replicas' loads summed; latency = the mean of the replicas' EWMAs (the gateway's own
-        peak-EWMA TTFT where the backend reports none)."""
+        """Replicas' queues summed (the gateway's own in-flight count where it is higher), plus
+        the requests waiting for an admission slot here."""
         total = Load()
-        ttfts: list[float] = []
-        itls: list[float] = []
         for r in self.replicas:
             load = r.backend.load()
             total.running += max(load.running, r.in_flight)
             total.waiting += load.waiting
-            ttft = load.ttft_ms_ewma if load.ttft_ms_ewma is not None else r.latency.value
-            if ttft is not None:
-                ttfts.append(ttft)
-            if load.itl_ms_ewma is not None:
-                itls.append(load.itl_ms_ewma)
         total.waiting += self.admission.queued
-        total.ttft_ms_ewma = sum(ttfts) / len(ttfts) if ttfts else None
-        total.itl_ms_ewma = sum(itls) / len(itls) if itls else None
         return total
+
+    def ttft_ms(self) -> float | None:
+        """The mean of the replicas' TTFT as the router measured it (None before any sample).
+
+        Measured here rather than reported by each server so an embedded engine and an HTTP
+        upstream are judged by one estimator with one decay, from where the client waits."""
+        values = [r.latency.value for r in self.replicas if r.latency.value is not None]
+        return sum(values) / len(values) if values else None
 
     def set_backends(self, backends: Sequence[Backend]) -> list[Backend]:
         """Make ``backends`` the replicas (kept ones keep their state); returns the removed ones."""
@@ -86,7 +85,8 @@ class Tier:
     def view(self) -> TierView:
         available = sum(1 for r in self.replicas if r.healthy and r.breaker.available())
         return TierView(
-            self.name, self.cost, self.load(), len(self.replicas), available, self.admission.config.max_concurrency
+            self.name, self.cost, self.load(), len(self.replicas), available, self.admission.config.max_concurrency,
+            self.ttft_ms(),
         )
 
     def pick(self, hashes: Sequence[bytes], exclude: Collection[Replica] = ()) -> Replica | None:

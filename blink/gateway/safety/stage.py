@@ -3,7 +3,7 @@
 ``async`` (default): nothing happens before or during the response; once its last byte was sent,
 the exchange joins a bounded backlog that one background drain checks, a text at a time, only
 while the event loop is idle (``IdleGate``), so the checks never hold up another stream. ``blocking``: the backend is wrapped
-(``GuardedBackend``) so input and output are checked in line. In both modes the cache is filled
+(``StreamGuard``, stream middleware) so input and output are checked in line. In both modes the cache is filled
 only after the verdict, and only with a clean answer without PII (its query stored redacted),
 so a flagged answer can never be replayed. Flagged exchanges are logged (redacted), counted and
 optionally posted to a webhook.
@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from blink.backends.base import Backend, GenerationRequest
+from blink.backends.base import GenerationRequest, StreamSource, with_middleware
 from blink.gateway.safety.idle import IdleGate
 from blink.gateway.safety.pipeline import SafetyPipeline
-from blink.gateway.safety.stream_guard import CONTENT_FILTER, GuardedBackend
+from blink.gateway.safety.stream_guard import CONTENT_FILTER, StreamGuard
 from blink.gateway.safety.texts import finish_reasons, input_text, output_texts
 from blink.gateway.safety.verdict import Verdict
 from blink.gateway.safety.webhook import Webhook
@@ -67,10 +67,11 @@ class SafetyStage:
     def mode_for(self, model: str) -> str:
         return self.routes.get(model, self.mode)
 
-    def guard(self, backend: Backend, model: str) -> Backend:
+    def guard(self, source: StreamSource, model: str) -> StreamSource:
+        """``source`` as ``model``'s safety mode wants it: inside a ``StreamGuard`` in blocking mode."""
         if self.mode_for(model) != "blocking":
-            return backend
-        return GuardedBackend(backend, self.pipeline, self._on_block)
+            return source
+        return with_middleware(source, StreamGuard(self.pipeline, self._on_block))
 
     def _on_block(self, categories: set[str]) -> None:
         self.counters.blocked += 1

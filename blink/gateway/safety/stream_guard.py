@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
-from blink.backends.base import Backend, Delta, GenerationRequest
-from blink.backends.wrapping import WrappingBackend
+from blink.backends.base import Delta, GenerationRequest, StreamFn
 from blink.gateway.safety.errors import ContentFilteredError
 from blink.gateway.safety.pipeline import SafetyPipeline
 from blink.gateway.safety.texts import input_text
@@ -32,24 +32,24 @@ class _Choice:
     ended: bool = False
 
 
-class GuardedBackend(WrappingBackend):
-    """Wraps one backend for one blocking-mode request (made per request; never started itself)."""
+class StreamGuard:
+    """Stream middleware (``StreamMiddleware``) for blocking-mode requests: wraps the stream it is
+    given; it has no lifecycle of its own."""
 
-    def __init__(self, inner: Backend, pipeline: SafetyPipeline, on_flag: Callable[[set[str]], None]) -> None:
-        super().__init__(inner)
+    def __init__(self, pipeline: SafetyPipeline, on_flag: Callable[[set[str]], None]) -> None:
         self._pipeline = pipeline
         self._on_flag = on_flag
 
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+    def __call__(self, inner: StreamFn) -> StreamFn:
+        return partial(self._stream, inner)
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
+    async def _stream(self, inner: StreamFn, req: GenerationRequest) -> AsyncIterator[Delta]:
         verdict = await self._pipeline.check(input_text(req))
         if verdict.flagged:
             self._on_flag(verdict.categories)
             raise ContentFilteredError(verdict.categories)
         choices: dict[int, _Choice] = {}
-        it = self.inner.stream(req)
+        it = inner(req)
         try:
             async for delta in it:
                 ch = choices.setdefault(delta.index, _Choice())

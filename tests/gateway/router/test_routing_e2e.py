@@ -18,8 +18,8 @@ from blink.gateway.router.policy import TierView
 async def test_budget_policy_picks_the_cheapest_tier_that_fits() -> None:
     from blink.backends.base import GenerationRequest, SamplingOptions
 
-    small = TierView("small", 0, Load(running=4, waiting=6, ttft_ms_ewma=100.0), 2, 2)
-    large = TierView("large", 1, Load(running=1, waiting=0, ttft_ms_ewma=250.0), 2, 2)
+    small = TierView("small", 0, Load(running=4, waiting=6), 2, 2, ttft_ms=100.0)
+    large = TierView("large", 1, Load(running=1, waiting=0), 2, 2, ttft_ms=250.0)
     assert predicted_ttft_ms(small, 500.0) == 100.0 * (1 + 6 / 2)
     req = GenerationRequest("r", "auto", "chat", SamplingOptions(), messages=[])
     policy = LatencyBudgetPolicy()

@@ -13,8 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from blink.backends.base import Backend, Delta, GenerationRequest
-from blink.backends.wrapping import WrappingBackend
+from blink.backends.base import Backend, Delta, GenerationRequest, StreamFn
 from blink.compression_config import CompressionSettings
 from blink.gateway.compression.metrics import CompressionStats
 from blink.gateway.compression.scorer import SelfInformationScorer
@@ -25,26 +24,27 @@ from blink.obs import annotate
 log = logging.getLogger("blink.gateway")
 
 
-class CompressingBackend(WrappingBackend):
-    def __init__(self, inner: Backend, settings: CompressionSettings, resolve: Callable[[str], Backend]) -> None:
-        super().__init__(inner)
+class Compressor:
+    """Stream middleware (``StreamMiddleware``): one per model configured with ``compression``;
+    serve.py registers the model as a ``LayeredServer`` so every caller gets it."""
+
+    def __init__(self, settings: CompressionSettings, resolve: Callable[[str], Backend]) -> None:
         self.settings = settings
         self.scorer = SelfInformationScorer(resolve, settings.scorer)
         self.stats = CompressionStats()
 
-    async def aclose(self) -> None:
-        """The tier it wraps is registered only through this wrapper, so it is closed here."""
-        await self.inner.aclose()
+    def __call__(self, inner: StreamFn) -> StreamFn:
+        async def stream(req: GenerationRequest) -> AsyncIterator[Delta]:
+            if req.kind == "chat" and req.messages:
+                try:
+                    await self._compress(req)
+                except Exception:  # a saving, never a failure: send the request as it came
+                    self.stats.failed += 1
+                    log.warning("prompt compression skipped for %s", req.request_id, exc_info=True)
+            async for delta in inner(req):
+                yield delta
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
-        if req.kind == "chat" and req.messages:
-            try:
-                await self._compress(req)
-            except Exception:  # a saving, never a failure: send the request as it came
-                self.stats.failed += 1
-                log.warning("prompt compression skipped for %s", req.request_id, exc_info=True)
-        async for delta in self.inner.stream(req):
-            yield delta
+        return stream
 
     async def _compress(self, req: GenerationRequest) -> None:
         messages = [dict(m) for m in req.messages or []]
@@ -83,9 +83,7 @@ class CompressingBackend(WrappingBackend):
                 parts: list[Any] = [dict(p) if isinstance(p, dict) else p for p in messages[i]["content"]]
                 parts[j]["text"] = text
                 messages[i]["content"] = parts
-        req.messages = messages
-        if "messages" in req.raw:
-            req.raw = {**req.raw, "messages": messages}
+        req.messages = messages  # the typed field only: a forwarding server writes it over ``raw``
         req.compressed_tokens += dropped
         annotate(compressed_tokens=str(dropped))
 
