@@ -252,7 +252,8 @@ def _with_modelled_fields(body: dict[str, Any], req: GenerationRequest) -> dict[
         if o.logprobs:
             body["logprobs"] = o.top_logprobs
     if o.max_tokens is not None:
-        body["max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"] = o.max_tokens
+        keys = [k for k in ("max_tokens", "max_completion_tokens") if body.get(k) is not None] or ["max_tokens"]
+        body.update(dict.fromkeys(keys, o.max_tokens))
     return body
 
 

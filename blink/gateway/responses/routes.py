@@ -17,7 +17,7 @@ import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
+from blink.backends.base import Delta, GenerationRequest
 from blink.config import ServerSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey
 from blink.gateway.batch.access import Caller, caller_of
@@ -42,31 +42,16 @@ _DEFAULT_PAGE = 20
 
 
 class _Replay:
-    """A cache hit as a source: the same deltas a live backend would have sent."""
+    """A cache hit as a ``StreamSource``: the same deltas a live backend would have sent."""
 
     name = "cache"
 
     def __init__(self, entry: CachedResponse) -> None:
         self._entry = entry
 
-    def models(self) -> list[ModelCard]:
-        return []
-
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         for delta in cached_deltas(self._entry):
             yield delta
-
-    async def health(self) -> Health:
-        return Health(True)
-
-    def load(self) -> Load:
-        return Load()
-
-    async def start(self) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        return None
 
 
 def _json(obj: object, status: int = 200) -> Response:

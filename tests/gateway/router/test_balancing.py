@@ -60,6 +60,18 @@ def test_load_counts_in_the_cost() -> None:
     assert all(tier.pick([]).name == "b" for _ in range(20))  # type: ignore[union-attr]
 
 
+def test_a_tiers_ttft_is_the_routers_own_measurement() -> None:
+    """Servers report gauges only; the tier's TTFT (what latency-budget routing and admission read)
+    is the mean of what the router measured per replica, and None before any sample."""
+    tier = Tier("t", [Idle("a"), Idle("b"), Idle("c")])
+    assert tier.ttft_ms() is None and tier.view().ttft_ms is None
+    tier.replicas[0].latency.observe(100.0)
+    tier.replicas[1].latency.observe(300.0)
+    assert tier.ttft_ms() == 200.0  # the replica without a sample does not count as 0
+    view = tier.view()
+    assert view.ttft_ms == 200.0 and view.load.running == 0 and view.load.waiting == 0
+
+
 def test_shared_long_prefix_sticks_to_one_replica() -> None:
     tier = Tier("t", [Idle(n) for n in "abcd"], balancer=P2CBalancer(random.Random(1)))
     system = "You are a helpful assistant for ACME Corp. " * 20
