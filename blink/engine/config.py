@@ -70,6 +70,10 @@ class EngineConfig:
     # Causal attention of fresh bf16 prefill chunks: "auto" (by CPU class: torch's SDPA on AMX
     # CPUs, Blink's AVX-512 kernel elsewhere; blink/engine/attention_dispatch.py), "kernel", "sdpa".
     prefill_attention: str = "auto"
+    # Decode-only steps replayed from captured graphs (blink/engine/decode_graphs.py): "auto"
+    # (CUDA graphs on a CUDA device, off elsewhere), "off", or "replay" (the same padded static
+    # buffers without capturing, on any device: what the CPU tests check the padding with).
+    decode_graphs: str = "auto"
     # Speculative decoding: None (off), "ngram" (prompt lookup) or "draft" (a smaller model
     # sharing the tokenizer, named by speculative_draft_model).
     speculative: str | None = None

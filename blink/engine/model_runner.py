@@ -21,6 +21,13 @@ from blink.engine.attention_dispatch import PREFILL_ATTENTION_SETTINGS, choose_p
 from blink.engine.compiled_decode import MAX_BATCH, CompiledDecode
 from blink.engine.config import EngineConfig
 from blink.engine.cpu_features import read_cpu_features
+from blink.engine.decode_graphs import (
+    DECODE_GRAPH_SETTINGS,
+    CudaGraphCapture,
+    DecodeGraphs,
+    GraphCapture,
+    ReplayWithoutGraph,
+)
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
 from blink.engine.kernels.decode_step import FusedDecode, build_fused_decode
@@ -88,6 +95,8 @@ class ModelRunner:
             raise EngineError(f"block_size must be positive, got {config.block_size}")
         if config.prefill_attention not in PREFILL_ATTENTION_SETTINGS:
             raise EngineError(f"prefill_attention must be one of {PREFILL_ATTENTION_SETTINGS}")
+        if config.decode_graphs not in DECODE_GRAPH_SETTINGS:
+            raise EngineError(f"decode_graphs must be one of {DECODE_GRAPH_SETTINGS}")
         self.config = config
         self.device = torch.device(config.device)
         self.block_size = config.block_size
@@ -104,7 +113,9 @@ class ModelRunner:
         model.requires_grad_(False).eval()
         self.model: CausalLM = model  # type: ignore[assignment]
         self.vocab_size = int(self.hf_config.vocab_size)
-        self.num_blocks = self._allocate_kv_cache(model, num_blocks)
+        graph_capture = self._graph_capture()
+        # Decode graphs pad their batches into one scratch block past the pool's last.
+        self.num_blocks = self._allocate_kv_cache(model, num_blocks, scratch=graph_capture is not None)
         self.prefill_kernel = False
         self._fused: FusedDecode | None = None
         self._decode_graph: CompiledDecode | None = None
@@ -127,6 +138,35 @@ class ModelRunner:
         # would only be wasted start-up time.
         if config.compile and (self._fused is None or not self._fused.serves(MAX_BATCH - 1)):
             self._compile_decode()
+        self._graphs: DecodeGraphs | None = None
+        if graph_capture is not None:
+            self._capture_decode_graphs(graph_capture)
+
+    def _graph_capture(self) -> GraphCapture | None:
+        setting = self.config.decode_graphs
+        if setting == "replay":
+            return ReplayWithoutGraph()
+        if setting == "auto" and self.device.type == "cuda":
+            return CudaGraphCapture(self.device)
+        return None
+
+    @torch.inference_mode()
+    def _capture_decode_graphs(self, capture: GraphCapture) -> None:
+        """Capture every (batch, width) bucket now, so no request pays for a capture."""
+        started = time.perf_counter()
+        graphs = DecodeGraphs(
+            self.model,
+            capture,
+            block_size=self.block_size,
+            max_blocks=-(-self.max_model_len // self.block_size),
+            max_batch=self.config.max_num_seqs,
+            scratch_block=self.num_blocks,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        graphs.warm_up()
+        self._graphs = graphs
+        log.info("decode graphs: %d captured in %.1f s", graphs.num_graphs, time.perf_counter() - started)
 
     def _w8a8_runs_here(self) -> bool:
         """Whether ``int8-w8a8`` will run its W8A8 kernels (else calibrating would be wasted)."""
@@ -172,9 +212,10 @@ class ModelRunner:
             attn.prefill_kernel = self.prefill_kernel
         return True
 
-    def _allocate_kv_cache(self, model: Any, num_blocks: int | None) -> int:
+    def _allocate_kv_cache(self, model: Any, num_blocks: int | None, scratch: bool = False) -> int:
         """Size the pool from the byte budget, or to exactly ``num_blocks`` (a draft model shares
-        the target's block ids, so its pool must have the same number of blocks)."""
+        the target's block ids, so its pool must have the same number of blocks); ``scratch`` adds
+        one block past the returned count that no sequence is given."""
         layers = model.attention_layers()
         shape = model.shape
         elem = torch.empty(0, dtype=self.kv_cache_dtype).element_size()
@@ -193,7 +234,7 @@ class ModelRunner:
         self.kv_cache = torch.zeros(
             2,
             len(layers),
-            num_blocks,
+            num_blocks + int(scratch),
             self.block_size,
             shape.num_kv_heads,
             shape.head_dim,
@@ -235,6 +276,9 @@ class ModelRunner:
             if groups is not None:
                 out = [fused(*self._fused_inputs(g)) for g in groups]
                 return out[0] if len(out) == 1 else torch.cat(out)
+        graphs = self._graphs
+        if graphs is not None and graphs.serves(len(spans)) and all(len(s.tokens) == 1 for s in spans):
+            return graphs([s.tokens[0] for s in spans], [s.start for s in spans], [s.block_table for s in spans])
         input_ids, positions, meta, logits_rows = self._prepare(spans)
         graph = self._decode_graph
         if graph is not None and meta.num_decode == len(spans) == input_ids.shape[0] and graph.serves(len(spans)):
