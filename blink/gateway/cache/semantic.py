@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from blink.config import SemanticCacheSettings
-from blink.gateway.cache import lexicon
+from blink.gateway.cache import lexicon, synonyms
 from blink.gateway.cache.guard import same_answer
 
 
@@ -37,6 +37,7 @@ class GuardedMatcher:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blink-embed")
         if guard:  # off the event loop, before the first hit needs it
             self._worker.submit(lexicon.warm)
+            self._worker.submit(synonyms.warm)
 
     @classmethod
     def from_settings(cls, s: SemanticCacheSettings) -> GuardedMatcher:
