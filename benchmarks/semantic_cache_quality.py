@@ -290,9 +290,9 @@ def _why_missed(pairs: list[Pair], rows: list[dict[str, Any]], args: argparse.Na
                 why = next((name for start, name in _RULES if reason.startswith(start)), reason[:20])
             table.setdefault(why, Counter())[p.category] += 1
     cats = list(TRUE_CATEGORIES)
-    print(f"    {'refused by':<18}" + "".join(f"{c:>13}" for c in cats))
+    print(f"    {'refused by':<24}" + "".join(f"{c:>13}" for c in cats))
     for why, n in sorted(table.items(), key=lambda kv: -sum(kv[1].values())):
-        print(f"    {why:<18}" + "".join(f"{n[c]:>13}" for c in cats))
+        print(f"    {why:<24}" + "".join(f"{n[c]:>13}" for c in cats))
 
 
 def cross_validate(args: argparse.Namespace, rows: list[dict[str, Any]], cos: list[float]) -> None:

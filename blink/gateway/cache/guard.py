@@ -12,13 +12,15 @@ cosine ignores, and rejects the pair unless all of these agree:
 - direction words with what they point at, in order (``from savings to current``), and the
   order around a relation word: the phrase left of ``to``/``into``/``than``/``in``/``per`` …
   in one question must not stand on its right in the other (``PNG to JPEG``/``JPEG to PNG``);
-- named entities (capitalised words) must appear on both sides;
+- named entities (capitalised words) must appear on both sides, or a WordNet synonym ("the US"/
+  "America");
 - opposites anywhere among the differing words, generic verbs included: a negating prefix on a
   form of the other word (``subscribe``/``unsubscribing``), opposed prefixes (``enable``/
   ``disable``) or an everyday opposite (``take``/``avoid``) — rules in ``lexicon.py``;
 - content words: after dropping function words and generic verbs and pairing forms of one word
-  (inflections, British/American spellings, typos of which one side is not an English word),
-  nothing may be left over — except, at a high cosine, one added word (``params.add_slack``)
+  (inflections, British/American spellings, typos of which one side is not an English word) and
+  WordNet synonyms (``synonyms.py``: "dispute"/"challenge", "close"/"shut down"), nothing may be
+  left over — except, at a high cosine, one added word (``params.add_slack``)
   or one replaced word (``params.swap_slack``). Never when the word stands right before a word
   both share (``extended warranty``, ``self-employed``: it narrows it), nor when the two
   replaced words are spelt alike (``Niger``/``Nigeria``: two names); an added word that closes
