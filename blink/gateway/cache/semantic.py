@@ -35,6 +35,8 @@ class GuardedMatcher:
         # The model server's batched encoder (shared with routing and /v1/embeddings), when wired.
         self._embed_async = embed_async
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blink-embed")
+        if guard and not synonyms.available():  # at start-up, not as a 500 on the first hit
+            raise synonyms.WordNetMissing(synonyms.WordNetMissing.__doc__)
         if guard:  # off the event loop, before the first hit needs it
             self._worker.submit(lexicon.warm)
             self._worker.submit(synonyms.warm)

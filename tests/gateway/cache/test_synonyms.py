@@ -38,3 +38,13 @@ def test_missing_data_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not syn.available()
     with pytest.raises(syn.WordNetMissing, match="blink-serve\\[semantic\\]"):
         syn._data_dir()
+
+
+def test_a_guarded_cache_without_wordnet_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not a 500 on the first hit: the matcher is built at start-up and says what to install.
+    from blink.gateway.cache.semantic import GuardedMatcher
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(syn.WordNetMissing):
+        GuardedMatcher(embedder=object(), threshold=0.72)  # type: ignore[arg-type]
+    GuardedMatcher(embedder=object(), threshold=0.72, guard=False)  # type: ignore[arg-type]
