@@ -301,6 +301,8 @@ def _pair_synonyms(only_a: list[str], only_b: list[str], fa: Features, fb: Featu
 def _leftover(fa: Features, fb: Features, wordnet: bool = True) -> tuple[list[str], list[str]]:
     only_a = list((fa.content - fb.content).elements())
     only_b = list((fb.content - fa.content).elements())
+    if len(only_a) > _MAX_DIFFERING or len(only_b) > _MAX_DIFFERING:
+        return only_a, only_b  # a word repeated many times: another question, and no pairwise work
     for w in list(only_a):
         match = next((v for v in only_b if _is_variant(w, v, fa, fb)), None)
         if match is not None:
@@ -312,7 +314,9 @@ def _leftover(fa: Features, fb: Features, wordnet: bool = True) -> tuple[list[st
 
 
 def _only_other(entity: str, fa: Features, fb: Features) -> set[str]:
-    return fb.tokens - fa.tokens if entity in fa.entities else fa.tokens - fb.tokens
+    """The words only the other side has; none when they are too many to be a rewording."""
+    other = fb.tokens - fa.tokens if entity in fa.entities else fa.tokens - fb.tokens
+    return other if len(other) <= 4 * _MAX_DIFFERING else set()
 
 
 def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = DEFAULT_PARAMS) -> str | None:
@@ -335,7 +339,8 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
     stems_a, stems_b = {_stem(t) for t in fa.tokens}, {_stem(t) for t in fb.tokens}
     missing = {e for e in fa.entities - _STOP if _stem(e) not in stems_b and not _misspelt_time_word(e)}
     missing |= {e for e in fb.entities - _STOP if _stem(e) not in stems_a and not _misspelt_time_word(e)}
-    if params.wordnet:  # "the US"/"America": the name is there as a synonym of a word only the other side has
+    if params.wordnet and len(missing) <= _MAX_DIFFERING:
+        # "the US"/"America": the name is there as a synonym of a word only the other side has.
         missing = {e for e in missing if not any(synonyms(e, t) for t in _only_other(e, fa, fb))}
     if missing:
         return f"entities differ: {sorted(missing)}"

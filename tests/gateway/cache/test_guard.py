@@ -142,12 +142,26 @@ def test_params_are_the_callers() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "   ", "?!", "£££", "to to to", "a" * 5000, "Ünïcödé ÇàFÉ to résumé", " ".join(f"w{i} to v{i}" for i in range(3000))],
+    ["", "   ", "?!", "£££", "to to to", "a" * 5000, "Ünïcödé ÇàFÉ to résumé", " ".join(f"w{i} to v{i}" for i in range(3000)),
+     "shut down " * 2000, "reset " * 3000, " ".join("Q" + "".join(chr(97 + (i >> k) % 26) for k in (0, 5, 10)) for i in range(3000))],  # noqa: E501
 )
 def test_odd_text_gets_a_verdict_not_an_error(text: str) -> None:
     # Long texts are refused by the count of differing words before any pairwise comparison.
     assert isinstance(same_answer(text, "How do I reset my password?", 0.99), bool)
     assert isinstance(same_answer(text, text, 1.0), bool)
+
+
+_NAMES = " ".join("Q" + "".join(chr(97 + (i >> k) % 26) for k in (0, 5, 10)) for i in range(3000))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("shut down " * 2000, "close " * 2000), ("cat " * 3000, "dog " * 3000), (_NAMES, "America " * 100)],
+)
+def test_thousands_of_differing_words_are_refused_without_pairing_them(a: str, b: str) -> None:
+    # Synonyms would pair every "shut down" with a "close": such a text is refused on the count of
+    # differing words before any pairwise synonym, spelling or name comparison (no quadratic work).
+    assert explain(b, a, ABOVE_ALL_SLACK) is not None
 
 
 @pytest.mark.parametrize(
