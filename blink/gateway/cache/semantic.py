@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from blink.config import SemanticCacheSettings
-from blink.gateway.cache import lexicon
+from blink.gateway.cache import lexicon, synonyms
 from blink.gateway.cache.guard import same_answer
 
 
@@ -35,8 +35,11 @@ class GuardedMatcher:
         # The model server's batched encoder (shared with routing and /v1/embeddings), when wired.
         self._embed_async = embed_async
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="blink-embed")
+        if guard and not synonyms.available():  # at start-up, not as a 500 on the first hit
+            raise synonyms.WordNetMissing(synonyms.WordNetMissing.__doc__)
         if guard:  # off the event loop, before the first hit needs it
             self._worker.submit(lexicon.warm)
+            self._worker.submit(synonyms.warm)
 
     @classmethod
     def from_settings(cls, s: SemanticCacheSettings) -> GuardedMatcher:

@@ -11,6 +11,7 @@ import pytest
 from blink.gateway.cache.guard import DEFAULT_PARAMS, GuardParams, explain, same_answer
 
 ABOVE_ALL_SLACK = 0.99
+BELOW_ALL_SLACK = 0.75  # above the served threshold (0.72), below both slack cosines
 
 
 @pytest.mark.parametrize(
@@ -141,9 +142,58 @@ def test_params_are_the_callers() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "   ", "?!", "£££", "to to to", "a" * 5000, "Ünïcödé ÇàFÉ to résumé", " ".join(f"w{i} to v{i}" for i in range(3000))],
+    ["", "   ", "?!", "£££", "to to to", "a" * 5000, "Ünïcödé ÇàFÉ to résumé", " ".join(f"w{i} to v{i}" for i in range(3000)),
+     "shut down " * 2000, "reset " * 3000, " ".join("Q" + "".join(chr(97 + (i >> k) % 26) for k in (0, 5, 10)) for i in range(3000))],  # noqa: E501
 )
 def test_odd_text_gets_a_verdict_not_an_error(text: str) -> None:
     # Long texts are refused by the count of differing words before any pairwise comparison.
     assert isinstance(same_answer(text, "How do I reset my password?", 0.99), bool)
     assert isinstance(same_answer(text, text, 1.0), bool)
+
+
+_NAMES = " ".join("Q" + "".join(chr(97 + (i >> k) % 26) for k in (0, 5, 10)) for i in range(3000))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("shut down " * 2000, "close " * 2000), ("cat " * 3000, "dog " * 3000), (_NAMES, "America " * 100)],
+)
+def test_thousands_of_differing_words_are_refused_without_pairing_them(a: str, b: str) -> None:
+    # Synonyms would pair every "shut down" with a "close": such a text is refused on the count of
+    # differing words before any pairwise synonym, spelling or name comparison (no quadratic work).
+    assert explain(b, a, ABOVE_ALL_SLACK) is not None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("How do I purchase a season ticket?", "How do I buy a season ticket?"),
+        ("Can I close the meeting room early?", "Can I shut down the meeting room early?"),  # a two-word expression
+        ("What is the voting age in Holland?", "What is the voting age in the Netherlands?"),  # a name's synonym
+    ],
+)
+def test_wordnet_synonyms_pass_without_slack(a: str, b: str) -> None:
+    assert same_answer(b, a, BELOW_ALL_SLACK), explain(b, a, BELOW_ALL_SLACK)
+    # The rules alone (GuardParams.wordnet off) need the swap slack for the same pair.
+    assert not same_answer(b, a, BELOW_ALL_SLACK, GuardParams(wordnet=False))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "score"),
+    [
+        ("How do I buy shares?", "How do I sell shares?", ABOVE_ALL_SLACK),  # opposites are looked for first
+        ("Can I open the meeting room early?", "Can I shut down the meeting room early?", ABOVE_ALL_SLACK),
+        ("What is the voting age in Holland?", "What is the voting age in Belgium?", ABOVE_ALL_SLACK),
+        ("Can I bring my dog on the train?", "Can I bring my animal on the train?", BELOW_ALL_SLACK),  # broader word
+        ("How do I activate my phone?", "How do I activate my phone card?", 0.9),  # a noun still heads a new phrase
+    ],
+)
+def test_wordnet_lets_no_trap_through(a: str, b: str, score: float) -> None:
+    assert explain(b, a, score) is not None
+
+
+def test_an_added_adjective_is_not_a_new_head_noun() -> None:
+    a, b = "Is parking on site?", "Is parking available on site?"
+    add, swap = DEFAULT_PARAMS.add_slack_cosine, DEFAULT_PARAMS.swap_slack_cosine
+    assert same_answer(b, a, add)  # "available" can be no noun: the added-word slack
+    assert not same_answer(b, a, swap - 0.01, GuardParams(add, swap, wordnet=False))
