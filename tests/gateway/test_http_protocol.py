@@ -12,6 +12,7 @@ import openai
 import pytest
 from gateway_helpers import gateway_settings
 from live_server import LiveServer
+from starlette.requests import Request
 from upstream_server import FakeUpstream
 
 from blink.config import CacheSettings, ExactCacheSettings, ServerSettings
@@ -119,12 +120,7 @@ class EchoApp:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await Request(scope, receive).body()
         if scope["path"] == "/empty":
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})

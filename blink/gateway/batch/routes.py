@@ -115,8 +115,7 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
 
     @router.get("/v1/files/{file_id}")
     async def get_file(request: Request) -> Response:
-        file_id: str = request.path_params["file_id"]
-        return _json(file_object(await _file(store, file_id, caller_of(request))))
+        return _json(file_object(await _file(store, request.path_params["file_id"], caller_of(request))))
 
     @router.get("/v1/files/{file_id}/content")
     async def file_content(request: Request) -> Response:
