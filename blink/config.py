@@ -102,6 +102,10 @@ class ServerSettings(BaseModel):
     # Open connections one client address may hold; a connection over the cap is answered 429 +
     # retry-after and closed at once. 0 = no cap (set it to 0 behind a proxy that hides addresses).
     max_connections_per_client: int = Field(128, ge=0)
+    # A response's head leaves with its first body bytes, in one write (one segment and one client
+    # wake-up fewer on the first-token path; blink/gateway/http_protocol.py). false: uvicorn's own
+    # two writes, the head at once.
+    coalesce_writes: bool = True
     # /dashboard/events viewers at once; more get 503 + retry-after (all share one snapshot a second).
     dashboard_max_viewers: int = Field(32, ge=1)
     # Sequences (each of a request's ``n`` choices is one) an API key may run at once, for keys

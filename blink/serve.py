@@ -7,8 +7,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from fastapi import FastAPI
-
 from blink.backends.base import Backend
 from blink.backends.layered import LayeredServer
 from blink.backends.openai_http import OpenAIHTTPBackend
@@ -19,6 +17,7 @@ from blink.gateway.batch.executor import PipelineLineExecutor
 from blink.gateway.compression.metrics import CompressionCollector
 from blink.gateway.compression.middleware import Compressor
 from blink.gateway.cost_tracker import CostTracker, build_cost_tracker
+from blink.gateway.dispatch import GatewayApp
 from blink.gateway.front import GatewayFront
 from blink.gateway.front_builder import build_front_factory, build_key_store
 from blink.gateway.gc_tuning import tune_gc
@@ -127,7 +126,7 @@ def build_registry(settings: Settings, encoder: EncoderClient | None = None) -> 
     return registry
 
 
-def register_router_metrics(app: FastAPI, settings: Settings) -> None:
+def register_router_metrics(app: GatewayApp, settings: Settings) -> None:
     """Breaker states, router and prompt-compression counters on /metrics, read at scrape time."""
     if settings.routes:
         routed = [cast(RoutedBackend, app.state.registry.resolve(r.name)) for r in settings.routes]
@@ -169,7 +168,7 @@ def _with_cost(
     return build
 
 
-def build_app(settings: Settings) -> FastAPI:
+def build_app(settings: Settings) -> GatewayApp:
     models = build_model_server(settings)
     cache_encoder = None
     if models is not None and cache_needs_encoder(settings):

@@ -22,13 +22,13 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from fastapi import APIRouter
 from prometheus_client import CollectorRegistry
 from starlette.websockets import WebSocket
 
 from blink.backends.base import Delta, GenerationRequest, StreamSource
 from blink.backends.registry import BackendRegistry
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, KeyStore
+from blink.gateway.dispatch import Routes
 from blink.gateway.front import GatewayFront
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.protocol.errors import AuthenticationError
@@ -112,8 +112,8 @@ class VoiceService:
         self.sessions: VoiceSessions | None = None
         self.unavailable = None if settings.enabled else (
             "Voice is disabled on this server; enable it with 'voice: {enabled: true}' in the config.")
-        self.router = APIRouter()
-        self.router.add_api_websocket_route("/v1/voice", self.serve)
+        self.router = Routes()
+        self.router.websocket("/v1/voice", self.serve)
 
     def attach(self, pipeline: GenerationPipeline, metrics_registry: CollectorRegistry) -> None:
         """The app's generation pipeline and metrics registry, which exist only once the app is built."""

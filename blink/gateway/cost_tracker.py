@@ -12,11 +12,10 @@ from __future__ import annotations
 import calendar
 from datetime import UTC, datetime
 
-from fastapi import APIRouter
-
 from blink.backends.base import Usage
 from blink.gateway.cost import BudgetExceededError, PriceTable, format_usd
 from blink.gateway.cost_ledger import SpendLedger, UsageRow
+from blink.gateway.dispatch import Routes
 from blink.obs import annotate
 from blink.throughput_config import CostSettings
 
@@ -30,7 +29,7 @@ class CostTracker:
         self.prices = PriceTable(dict(settings.prices))
         self.budgets = dict(settings.budgets)
         self.ledger = ledger or SpendLedger(settings.path or None)
-        self.router = APIRouter()
+        self.router = Routes()  # no endpoints: an app service for its lifecycle (the ledger)
         self.body_limits: dict[str, int] = {}
 
     async def start(self) -> None:

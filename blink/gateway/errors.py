@@ -1,7 +1,9 @@
-"""Every failure becomes an OpenAI-style JSON error: typed errors, HTTP errors and the rest.
+"""Every failure becomes an OpenAI-style JSON error: typed errors (404/405 included) and the rest.
 
-``CatchAllMiddleware`` is the last line: an unexpected exception is logged with its
-traceback and answered with a 500 JSON body, never a bare ``Internal Server Error``.
+``CatchAllMiddleware`` is the one place: a ``BlinkError`` raised anywhere inside it (an
+endpoint, the dispatcher's 404/405, a limit) is answered with its JSON body, and an unexpected
+exception is logged with its traceback and answered with a 500 JSON body, never a bare
+``Internal Server Error``.
 """
 
 from __future__ import annotations
@@ -9,16 +11,12 @@ from __future__ import annotations
 import logging
 
 import orjson
-from fastapi import FastAPI, Request
-from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from blink.protocol.errors import BlinkError, InternalServerError
 
 log = logging.getLogger("blink.gateway")
-
-_HTTP_TYPES = {404: ("invalid_request_error", "not_found"), 405: ("invalid_request_error", "method_not_allowed")}
 
 
 def error_response(err: BlinkError) -> Response:
@@ -38,27 +36,8 @@ def error_messages(err: BlinkError) -> tuple[Message, Message]:
     )
 
 
-async def _blink_error_handler(request: Request, exc: Exception) -> Response:
-    return error_response(exc if isinstance(exc, BlinkError) else InternalServerError(str(exc)))
-
-
-async def _http_error_handler(request: Request, exc: Exception) -> Response:
-    if not isinstance(exc, HTTPException):
-        return error_response(InternalServerError(str(exc)))
-    error_type, code = _HTTP_TYPES.get(exc.status_code, ("invalid_request_error", None))
-    err = BlinkError(str(exc.detail), status=exc.status_code, code=code, headers=dict(exc.headers or {}))
-    err.type = error_type
-    return error_response(err)
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(BlinkError, _blink_error_handler)
-    app.add_exception_handler(HTTPException, _http_error_handler)
-    app.add_middleware(CatchAllMiddleware)
-
-
 class CatchAllMiddleware:
-    """Turn any exception that escaped the app into a logged 500 JSON error."""
+    """Turn a ``BlinkError`` into its JSON answer, and any other escaped exception into a logged 500."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -327,4 +327,5 @@ def guarded_protocol(settings: ServerSettings) -> type[GuardedHttpToolsProtocol]
     """The protocol class to pass as uvicorn's ``http=``, bound to ``settings``' limits."""
     limits = HttpLimits.from_settings(settings)
     return type("BoundGuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,),
-                {"limits": limits, "clients": ClientConnections(limits.max_connections_per_client)})
+                {"limits": limits, "clients": ClientConnections(limits.max_connections_per_client),
+                 "coalesce": settings.coalesce_writes})

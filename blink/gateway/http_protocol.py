@@ -4,75 +4,91 @@ uvicorn writes the status line and headers the moment ``http.response.start`` is
 first body chunk in a second ``write``: two system calls, two TCP segments and, on the other
 end, two wake-ups before the client holds its first token. A streamed answer sends its start
 and its first chunk back to back (``GenerationResponse`` waits for the first token before it
-starts), so holding the start until the next message costs nothing and saves one write and one
-segment per response — on the first-token path of every request.
+starts), so holding the head until the next write costs nothing and saves one write and one
+segment per response — on the first-token path of every request. ``server.coalesce_writes``
+turns it off (uvicorn's own two writes).
 
-Only the cycle's ``send`` changes; parsing, flow control, keep-alive and error handling stay
-uvicorn's own. The hook is ``HttpToolsProtocol._start_asgi_task`` (uvicorn >= 0.30): if a
-later uvicorn stops calling it, responses go out as before (two writes), and
-``tests/gateway/test_http_protocol.py`` fails.
+Only public extension points are used: the protocol class is passed as uvicorn's ``http=``;
+``on_headers_complete`` (a parser callback) lets uvicorn build the request's cycle as usual and
+then gives that cycle a ``HeadHolder`` as its ``transport`` and wraps its ``on_response`` (both
+attributes the cycle is constructed with). Parsing, flow control, keep-alive and error handling
+stay uvicorn's own.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+# uvicorn's own answer to an app that fails before its response started (``send_500_response``).
+_INTERNAL_ERROR = (b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                   b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error")
 
-class _WriteBuffer:
-    """Stands in for the transport while a held head and a body are written: one ``write``."""
 
-    __slots__ = ("_transport", "_parts", "_close")
+class HeadHolder:
+    """The cycle's transport: holds the response head until the next write, the close or the end.
 
-    def __init__(self, transport: Any) -> None:
+    The head is the first write once the cycle's response has started (a ``100 Continue``,
+    written before that, goes out at once: the client waits for it before sending its body)."""
+
+    __slots__ = ("_transport", "_cycle", "_head", "_head_seen")
+
+    def __init__(self, transport: Any, cycle: RequestResponseCycle) -> None:
         self._transport = transport
-        self._parts: list[bytes] = []
-        self._close = False
+        self._cycle = cycle
+        self._head: bytes | None = None
+        self._head_seen = False
 
     def write(self, data: bytes) -> None:
-        self._parts.append(data)
+        if not self._head_seen and self._cycle.response_started:
+            self._head_seen = True
+            self._head = data
+            return
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write a head still held (a response that ended without a body write: 204, HEAD, empty)."""
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._transport.write(head)
 
     def close(self) -> None:
-        self._close = True
+        if self._head is not None and not self._cycle.response_complete:
+            # The app failed (or returned) after its start and before any body: nothing of this
+            # response has left yet, so the client gets a whole 500, not a head cut short.
+            self._head = None
+            self._transport.write(_INTERNAL_ERROR)
+        self.flush()
+        self._transport.close()
 
     def is_closing(self) -> bool:
         return bool(self._transport.is_closing())
 
-    def flush(self) -> None:
-        if self._parts:
-            self._transport.write(b"".join(self._parts))
-        if self._close:
-            self._transport.close()
 
+def _flushing(holder: HeadHolder, on_response: Callable[[], None]) -> Callable[[], None]:
+    def done() -> None:
+        holder.flush()
+        on_response()
 
-class CoalescingCycle(RequestResponseCycle):
-    """Holds ``http.response.start`` until the next message, then writes both at once."""
-
-    _held: Any = None
-
-    async def send(self, message: Any) -> None:
-        held, self._held = self._held, None
-        if message["type"] == "http.response.start" and not self.response_started and not self.disconnected:
-            self._held = message  # a second start (uvicorn's own 500 after an app error) replaces the first
-            return
-        if held is None:
-            await super().send(message)
-            return
-        transport = self.transport
-        buffer = _WriteBuffer(transport)
-        self.transport = buffer
-        try:
-            await super().send(held)
-            await super().send(message)
-        finally:
-            self.transport = transport
-            buffer.flush()
+    return done
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """Pass as uvicorn's ``http``: every request's cycle is a ``CoalescingCycle``."""
+    """Pass as uvicorn's ``http``: each request's head leaves with its first body bytes."""
 
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        cycle.__class__ = CoalescingCycle
-        super()._start_asgi_task(cycle, app)
+    coalesce: ClassVar[bool] = True
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        # A WebSocket upgrade returns before a cycle is made: ``cycle`` is then an earlier one
+        # (already holding) or None.
+        if not self.coalesce or cycle is None or isinstance(cycle.transport, HeadHolder):
+            return
+        holder = HeadHolder(cycle.transport, cycle)
+        cycle.transport = holder  # type: ignore[assignment]
+        cycle.on_response = _flushing(holder, cycle.on_response)

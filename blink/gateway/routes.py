@@ -7,7 +7,7 @@ from collections.abc import Callable
 from importlib import metadata
 
 import orjson
-from fastapi import APIRouter, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from blink.backends.base import GenerationRequest, ModelCard
@@ -15,6 +15,7 @@ from blink.backends.registry import BackendRegistry
 from blink.config import ServerSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey
 from blink.gateway.cache.replay import CachedReplayResponse
+from blink.gateway.dispatch import Routes
 from blink.gateway.front import GatewayFront
 from blink.gateway.generation_response import GenerationResponse
 from blink.gateway.pipeline import Directives, GenerationPipeline
@@ -46,10 +47,10 @@ def _json(obj: object, status: int = 200) -> Response:
 def build_router(
     registry: BackendRegistry, settings: ServerSettings, metrics: GatewayMetrics,
     pipeline: GenerationPipeline | None = None, served_models: Callable[[], list[ModelCard]] = list,
-) -> APIRouter:
+) -> Routes:
     """``served_models``: the model server's encoders and classifiers, listed by /v1/models beside
     the generation models, so a client sees the name each non-generative endpoint answers to."""
-    router = APIRouter()
+    router = Routes()
     pipeline = pipeline or GenerationPipeline(registry, GatewayFront())
     started = int(time.time())
 
@@ -107,35 +108,36 @@ def build_router(
         return [*generation, *(c for c in served_models() if c.id not in ids)]
 
     @router.get("/v1/models")
-    async def list_models() -> Response:
+    async def list_models(request: Request) -> Response:
         return _json({"object": "list", "data": [model_object(c) for c in cards()]})
 
     @router.get("/v1/models/{model_id:path}")
-    async def retrieve_model(model_id: str) -> Response:
+    async def retrieve_model(request: Request) -> Response:
         """OpenAI's ``models.retrieve``; ids may hold slashes (``org/name``)."""
+        model_id: str = request.path_params["model_id"]
         for card in cards():
             if card.id == model_id:
                 return _json(model_object(card))
         raise ModelNotFoundError(f"The model '{model_id}' does not exist", param="model")
 
     @router.get("/version")
-    async def version() -> Response:
+    async def version(request: Request) -> Response:
         return _json({"version": server_version()})
 
     @router.get("/health")
-    async def health() -> Response:
+    async def health(request: Request) -> Response:
         dead = registry.not_live()  # no I/O: a liveness probe never waits on an upstream
         return _json({"status": "dead", "backends": dead}, 503) if dead else _json({"status": "ok"})
 
     @router.get("/ready")
-    async def ready() -> Response:
+    async def ready(request: Request) -> Response:
         results = await registry.health_all()
         ok = all(h.ok for h in results.values())
         backends = {name: {"ok": h.ok, "detail": h.detail} for name, h in results.items()}
         return _json({"status": "ready" if ok else "not_ready", "backends": backends}, 200 if ok else 503)
 
     @router.get("/metrics")
-    async def prometheus_metrics() -> Response:
+    async def prometheus_metrics(request: Request) -> Response:
         return Response(metrics.render(), media_type=metrics.content_type)
 
     return router

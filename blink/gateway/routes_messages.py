@@ -14,13 +14,14 @@ import dataclasses
 import time
 
 import orjson
-from fastapi import APIRouter, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from blink.backends.base import GenerationRequest, SamplingOptions, TokenCounter
 from blink.backends.registry import BackendRegistry
 from blink.config import ServerSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, check_model_allowed
+from blink.gateway.dispatch import Routes
 from blink.gateway.front import GatewayFront
 from blink.gateway.messages_request import chat_body, messages_request
 from blink.gateway.messages_response import MessagesReplayResponse, MessagesResponse
@@ -33,7 +34,7 @@ from blink.protocol.errors import InvalidRequestError
 from blink.protocol.messages import CountTokensRequest, MessagesRequest
 
 
-def add_messages_routes(router: APIRouter, registry: BackendRegistry, settings: ServerSettings,
+def add_messages_routes(router: Routes, registry: BackendRegistry, settings: ServerSettings,
                         metrics: GatewayMetrics, pipeline: GenerationPipeline) -> None:
     @router.post("/v1/messages")
     async def create_message(request: Request) -> Response:

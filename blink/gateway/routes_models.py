@@ -9,9 +9,10 @@ from collections.abc import Mapping
 
 import numpy as np
 import orjson
-from fastapi import APIRouter, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
+from blink.gateway.dispatch import Routes
 from blink.gateway.model_inputs import check_token_counts, input_list
 from blink.gateway.request_parsing import parse_json_object, require_json, validate
 from blink.gateway.safety.pipeline import SafetyPipeline
@@ -43,8 +44,8 @@ def _encode(rows: np.ndarray, fmt: str) -> list[object]:
     return list(rows)  # numpy rows: orjson writes them directly (OPT_SERIALIZE_NUMPY)
 
 
-def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inputs: int) -> APIRouter:
-    router = APIRouter()
+def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inputs: int) -> Routes:
+    router = Routes()
 
     @router.post("/v1/embeddings")
     async def embeddings(request: Request) -> Response:

@@ -17,7 +17,6 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from fastapi import FastAPI
 from gateway_helpers import gateway_settings
 from live_server import LiveServer
 from system_tools import require
@@ -25,6 +24,7 @@ from upstream_server import FakeUpstream
 
 from blink.config import AuthSettings
 from blink.gateway.auth import ApiKeyStore
+from blink.gateway.dispatch import GatewayApp
 from blink.serve import build_app
 
 _ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -129,13 +129,13 @@ def _viewer(url: str, events: list[int], stop: threading.Event, headers: dict[st
 
 
 @pytest.fixture(scope="module")
-def watched(upstream: FakeUpstream) -> Iterator[tuple[LiveServer, FastAPI]]:
+def watched(upstream: FakeUpstream) -> Iterator[tuple[LiveServer, GatewayApp]]:
     app = build_app(gateway_settings(upstream, dashboard_max_viewers=12))
     with LiveServer(app) as server:
         yield server, app
 
 
-def test_viewers_share_one_snapshot_a_second(watched: tuple[LiveServer, FastAPI]) -> None:
+def test_viewers_share_one_snapshot_a_second(watched: tuple[LiveServer, GatewayApp]) -> None:
     server, app = watched
     feed = app.state.dashboard_feed
     stop = threading.Event()
@@ -158,7 +158,7 @@ def test_viewers_share_one_snapshot_a_second(watched: tuple[LiveServer, FastAPI]
     assert 1 <= built <= 4, built  # about one build a second for all 8 viewers, not one per viewer
 
 
-def test_viewers_over_the_cap_get_503(watched: tuple[LiveServer, FastAPI]) -> None:
+def test_viewers_over_the_cap_get_503(watched: tuple[LiveServer, GatewayApp]) -> None:
     server, app = watched
     feed = app.state.dashboard_feed
     stop = threading.Event()

@@ -12,9 +12,11 @@ import openai
 import pytest
 from gateway_helpers import gateway_settings
 from live_server import LiveServer
+from starlette.requests import Request
 from upstream_server import FakeUpstream
 
-from blink.config import CacheSettings, ExactCacheSettings
+from blink.config import CacheSettings, ExactCacheSettings, ServerSettings
+from blink.gateway.http_guard import guarded_protocol
 from blink.gateway.http_protocol import CoalescingHttpToolsProtocol
 from blink.serve import build_app
 
@@ -38,7 +40,7 @@ class HeldApp:
 
 
 class FailingApp:
-    """Starts a response, then raises before any body: uvicorn's own 500 replaces the held head."""
+    """Starts a response, then raises before any body: a whole 500 replaces the held head."""
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -99,6 +101,54 @@ def test_the_plain_protocol_writes_the_head_at_once() -> None:
         app.release.set()
         assert b"data: two" in _recv_until(sock, b"0\r\n\r\n")
 
+
+def test_coalesce_writes_off_writes_the_head_at_once() -> None:
+    """``server.coalesce_writes: false``: the guarded protocol keeps uvicorn's two writes."""
+    app = HeldApp()
+    http = guarded_protocol(ServerSettings(coalesce_writes=False))
+    with LiveServer(app, lifespan="off", http=http) as server, socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(REQUEST)
+        sock.settimeout(5)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+        app.release.set()
+        assert b"data: two" in _recv_until(sock, b"0\r\n\r\n")
+
+
+class EchoApp:
+    """Reads the body, answers it back; ``204`` and HEAD get a head and no body bytes."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = await Request(scope, receive).body()
+        if scope["path"] == "/empty":
+            await send({"type": "http.response.start", "status": 204, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def test_a_response_without_body_bytes_still_leaves() -> None:
+    """A held head with nothing after it goes out when the response completes (204, HEAD)."""
+    with LiveServer(EchoApp(), lifespan="off", http=CoalescingHttpToolsProtocol) as server, \
+            httpx.Client(base_url=server.url, timeout=5) as client:
+        assert client.post("/empty").status_code == 204
+        assert client.head("/x").status_code == 200
+        assert client.post("/x", content=b"kept alive").text == "kept alive"
+
+
+def test_100_continue_is_not_held() -> None:
+    """``100 Continue`` goes out at once: the client sends its body only after reading it."""
+    head = b"POST /x HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\nexpect: 100-continue\r\n\r\n"
+    with LiveServer(EchoApp(), lifespan="off", http=CoalescingHttpToolsProtocol) as server, \
+            socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(head)
+        sock.settimeout(5)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 100 Continue\r\n")
+        sock.sendall(b"hello")
+        answer = _recv_until(sock, b"hello")
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"hello")
 
 
 def test_the_gateway_streams_and_fails_through_it(upstream: FakeUpstream) -> None:

@@ -14,14 +14,15 @@ import uuid
 from typing import Any, BinaryIO
 
 import orjson
-from fastapi import APIRouter, Request
 from starlette.datastructures import FormData, UploadFile
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from blink.gateway.batch.access import Caller, caller_of
 from blink.gateway.batch.jsonl import ENDPOINTS, iter_lines, parse_lines
 from blink.gateway.batch.runner import BatchRunner, new_file_id
 from blink.gateway.batch.store import CHUNK_BYTES, BatchRecord, BatchStore, FileRecord, StorageQuotaExceeded
+from blink.gateway.dispatch import Routes
 from blink.gateway.request_parsing import parse_json_object, require_json
 from blink.protocol.errors import InvalidRequestError, NotFoundError, RequestTooLargeError
 from blink.throughput_config import BatchSettings
@@ -61,8 +62,8 @@ def batch_object(b: BatchRecord) -> dict[str, Any]:
     }
 
 
-def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSettings) -> APIRouter:
-    router = APIRouter()
+def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSettings) -> Routes:
+    router = Routes()
 
     @router.post("/v1/files")
     async def upload_file(request: Request) -> Response:
@@ -113,17 +114,19 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
                       "last_id": data[-1]["id"] if data else None, "has_more": len(page) > limit})
 
     @router.get("/v1/files/{file_id}")
-    async def get_file(request: Request, file_id: str) -> Response:
-        return _json(file_object(await _file(store, file_id, caller_of(request))))
+    async def get_file(request: Request) -> Response:
+        return _json(file_object(await _file(store, request.path_params["file_id"], caller_of(request))))
 
     @router.get("/v1/files/{file_id}/content")
-    async def file_content(request: Request, file_id: str) -> Response:
+    async def file_content(request: Request) -> Response:
+        file_id: str = request.path_params["file_id"]
         rec = await _file(store, file_id, caller_of(request))
         return StreamingResponse(store.file_chunks(rec.id), media_type="application/jsonl",
                                  headers={"content-length": str(rec.bytes)})
 
     @router.delete("/v1/files/{file_id}")
-    async def delete_file(request: Request, file_id: str) -> Response:
+    async def delete_file(request: Request) -> Response:
+        file_id: str = request.path_params["file_id"]
         """A batch made from the file keeps running: its lines were copied when it was created."""
         rec = await _file(store, file_id, caller_of(request))
         if not await store.delete_file(rec.id):
@@ -165,7 +168,8 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
         return _json(batch_object(created or rec))
 
     @router.get("/v1/batches/{batch_id}")
-    async def get_batch(request: Request, batch_id: str) -> Response:
+    async def get_batch(request: Request) -> Response:
+        batch_id: str = request.path_params["batch_id"]
         return _json(batch_object(await _batch(store, batch_id, caller_of(request))))
 
     @router.get("/v1/batches")
@@ -181,7 +185,8 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
                       "last_id": data[-1]["id"] if data else None, "has_more": len(page) > limit})
 
     @router.post("/v1/batches/{batch_id}/cancel")
-    async def cancel_batch(request: Request, batch_id: str) -> Response:
+    async def cancel_batch(request: Request) -> Response:
+        batch_id: str = request.path_params["batch_id"]
         caller = caller_of(request)
         batch = await _batch(store, batch_id, caller)
         if batch.status in ("validating", "in_progress"):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from blink.gateway.batch.executor import LineExecutor
 from blink.gateway.batch.routes import build_batch_router
 from blink.gateway.batch.runner import BatchRunner, LineRetry
 from blink.gateway.batch.store import BatchStore, postgres_batch_store, sqlite_batch_store
 from blink.gateway.batch.sweeper import FileSweeper
+from blink.gateway.dispatch import Routes
 from blink.throughput_config import BatchSettings
 
 # Boundaries, part headers and the small form fields of an upload: a few hundred bytes in
@@ -20,7 +19,7 @@ class BatchService:
     def __init__(self, store: BatchStore, runner: BatchRunner, settings: BatchSettings) -> None:
         self.store = store
         self.runner = runner
-        self.router: APIRouter = build_batch_router(store, runner, settings)
+        self.router: Routes = build_batch_router(store, runner, settings)
         self.sweeper = FileSweeper(store, settings.sweep_interval_s)
         # Uploads may exceed the server's per-request body limit (OpenAI allows 200 MB files); the
         # multipart framing around the file is allowed on top. An upload whose content-length is

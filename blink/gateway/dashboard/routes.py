@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator
 from importlib import resources
 
 import orjson
-from fastapi import APIRouter, Request
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from blink.gateway.dashboard.access import DashboardAccess
 from blink.gateway.dashboard.breakers import breaker_states
 from blink.gateway.dashboard.feed import SnapshotFeed
+from blink.gateway.dispatch import Routes
 from blink.gateway.errors import error_response
 from blink.obs.observer import Observability
 from blink.protocol.errors import AuthenticationError, NotFoundError
@@ -64,9 +65,9 @@ def build_dashboard_feed(obs: Observability, max_viewers: int) -> SnapshotFeed:
     return SnapshotFeed(snapshot, PUSH_INTERVAL_S, max_viewers)
 
 
-def build_dashboard_router(feed: SnapshotFeed, access: DashboardAccess | None = None) -> APIRouter:
+def build_dashboard_router(feed: SnapshotFeed, access: DashboardAccess | None = None) -> Routes:
     """``access``: the key check when API keys are on (None: the dashboard is open)."""
-    router = APIRouter()
+    router = Routes()
     # Read once at start-up: the assets are part of the installed package and never change.
     assets = {name: _asset(name) for name in ("index.html", "login.html", "dashboard.js", "dashboard.css")}
 
@@ -87,10 +88,11 @@ def build_dashboard_router(feed: SnapshotFeed, access: DashboardAccess | None = 
         return Response(assets["index.html"], media_type=_TYPES[".html"], headers={"cache-control": "no-cache"})
 
     if access is not None:
-        router.add_api_route("/dashboard/session", access.open_session, methods=["POST"])
+        router.add("POST", "/dashboard/session", access.open_session)
 
     @router.get("/dashboard/static/{name}")
-    async def static(name: str) -> Response:
+    async def static(request: Request) -> Response:
+        name: str = request.path_params["name"]
         body = assets.get(name)
         if body is None or name == "login.html":
             raise NotFoundError(f"No dashboard asset named {name!r}.")

@@ -18,13 +18,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import orjson
-from fastapi import APIRouter
 
 from blink.backends.base import GenerationRequest
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import ApiKey
 from blink.gateway.cache import keys
 from blink.gateway.cache.stage import CacheLookup
+from blink.gateway.dispatch import Routes
 from blink.gateway.front import DEFAULT_TENANT
 from blink.gateway.precompute.budget import TokenBudget
 from blink.gateway.precompute.flows import FlowModel
@@ -59,8 +59,6 @@ class JobRunner(Protocol):
 
 
 class PrecomputeService:
-    router = APIRouter()
-
     def __init__(self, settings: PrecomputeSettings, ttl_s: float, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.ttl_s = ttl_s
@@ -76,6 +74,7 @@ class PrecomputeService:
         self._queue: asyncio.Queue[Job] = asyncio.Queue(settings.max_queue)
         self._runner: JobRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.router = Routes()  # no endpoints: an app service for its lifecycle only
         self.body_limits: dict[str, int] = {}
 
     def attach(self, runner: JobRunner) -> None:

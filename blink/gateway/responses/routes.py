@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from starlette.requests import Request
 from starlette.responses import Response
 
 from blink.backends.base import Delta, GenerationRequest
@@ -23,6 +23,7 @@ from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey
 from blink.gateway.batch.access import Caller, caller_of
 from blink.gateway.cache.entry import CachedResponse
 from blink.gateway.cache.replay import cached_deltas
+from blink.gateway.dispatch import Routes
 from blink.gateway.front import GatewayFront
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.gateway.request_mapping import apply_routing_headers
@@ -62,8 +63,8 @@ def _not_found(response_id: str, param: str = "response_id") -> NotFoundError:
     return NotFoundError(f"No response found with id {response_id[:80]!r}.", param=param)
 
 
-def build_responses_router(store: ResponseStore, settings: ResponsesSettings, server: ServerSettings) -> APIRouter:
-    router = APIRouter()
+def build_responses_router(store: ResponseStore, settings: ResponsesSettings, server: ServerSettings) -> Routes:
+    router = Routes()
 
     async def owned(caller: Caller, response_id: str) -> StoredResponse:
         rec = await store.get(response_id)
@@ -118,7 +119,8 @@ def build_responses_router(store: ResponseStore, settings: ResponsesSettings, se
         )
 
     @router.get("/v1/responses/{response_id}")
-    async def retrieve_response(request: Request, response_id: str) -> Response:
+    async def retrieve_response(request: Request) -> Response:
+        response_id: str = request.path_params["response_id"]
         q = request.query_params
         if q.get("stream") not in (None, "false"):
             raise InvalidRequestError("'stream' is not supported when retrieving a response (responses are never "
@@ -128,13 +130,15 @@ def build_responses_router(store: ResponseStore, settings: ResponsesSettings, se
         return _json(rec.response)
 
     @router.delete("/v1/responses/{response_id}")
-    async def delete_response(request: Request, response_id: str) -> Response:
+    async def delete_response(request: Request) -> Response:
+        response_id: str = request.path_params["response_id"]
         await owned(caller_of(request), response_id)
         await store.delete(response_id)
         return _json({"id": response_id, "object": "response", "deleted": True})
 
     @router.get("/v1/responses/{response_id}/input_items")
-    async def list_input_items(request: Request, response_id: str) -> Response:
+    async def list_input_items(request: Request) -> Response:
+        response_id: str = request.path_params["response_id"]
         _refuse_include(request)
         rec = await owned(caller_of(request), response_id)
         limit, order, after = _page(request)

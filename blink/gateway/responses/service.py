@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from blink.config import ServerSettings
+from blink.gateway.dispatch import Routes
 from blink.gateway.responses.routes import build_responses_router
 from blink.gateway.responses.store import ResponseStore, postgres_response_store, sqlite_response_store
 from blink.gateway.responses.write_behind import WriteBehindResponseStore
@@ -14,7 +13,7 @@ from blink.responses_config import ResponsesSettings
 class ResponsesService:
     def __init__(self, store: ResponseStore, settings: ResponsesSettings, server: ServerSettings) -> None:
         self.store = store
-        self.router: APIRouter = build_responses_router(store, settings, server)
+        self.router: Routes = build_responses_router(store, settings, server)
         self.body_limits: dict[str, int] = {}
 
     async def start(self) -> None:

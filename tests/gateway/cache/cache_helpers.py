@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from fastapi import FastAPI
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.config import CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.gateway.dispatch import GatewayApp
 from blink.serve import build_app
 
 
@@ -26,13 +26,13 @@ def cache_settings(upstream: FakeUpstream, cache: dict[str, Any], **extra: Any) 
 
 
 @contextmanager
-def cached_gateway(settings: Settings) -> Iterator[tuple[LiveServer, FastAPI]]:
+def cached_gateway(settings: Settings) -> Iterator[tuple[LiveServer, GatewayApp]]:
     app = build_app(settings)
     with LiveServer(app) as server:
         yield server, app
 
 
-def wait_entries(app: FastAPI, n: int, timeout: float = 5.0) -> None:
+def wait_entries(app: GatewayApp, n: int, timeout: float = 5.0) -> None:
     """Fills run in the background: wait until the store holds ``n`` entries."""
     store = app.state.front.cache.store
     deadline = time.monotonic() + timeout

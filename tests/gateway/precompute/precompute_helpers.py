@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from fastapi import FastAPI
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.config import CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.gateway.dispatch import GatewayApp
 from blink.serve import build_app
 
 
@@ -24,7 +24,7 @@ def upstream_settings(upstream: FakeUpstream, cache: dict[str, Any], **extra: An
 
 
 @contextmanager
-def serving(settings: Settings) -> Iterator[tuple[LiveServer, FastAPI]]:
+def serving(settings: Settings) -> Iterator[tuple[LiveServer, GatewayApp]]:
     app = build_app(settings)
     with LiveServer(app) as server:
         yield server, app

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import FastAPI
 from live_server import LiveServer
 from precompute_helpers import serving
 
 from blink.config import CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.gateway.dispatch import GatewayApp
 
 HOT = [{"role": "user", "content": "Tell me a long story about the sea."}]
 # Long enough that the user's request lands while the refresh is still generating.
@@ -28,7 +28,7 @@ JOB_TOKENS = 400
 
 
 @pytest.fixture(scope="module")
-def served(tiny_qwen2: Path) -> Iterator[tuple[LiveServer, FastAPI]]:
+def served(tiny_qwen2: Path) -> Iterator[tuple[LiveServer, GatewayApp]]:
     settings = Settings(
         server=ServerSettings(),
         models=[ModelSettings(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
@@ -63,7 +63,7 @@ def _wait(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-def test_a_refresh_runs_in_the_idle_lane_and_never_holds_a_user_back(served: tuple[LiveServer, FastAPI]) -> None:
+def test_a_refresh_runs_in_the_idle_lane_and_never_holds_a_user_back(served: tuple[LiveServer, GatewayApp]) -> None:
     server, app = served
     stats = app.state.precompute.stats
     original = _chat(server.url, HOT, JOB_TOKENS)
