@@ -54,7 +54,7 @@ class InvalidRequestError(BlinkError):
 
 
 class ValidationFailedError(InvalidRequestError):
-    """A field has the wrong type or value (422 in FastAPI terms, 400 in OpenAI's)."""
+    """A field has the wrong type or value (400, as OpenAI answers it)."""
 
     status = 400
 
