@@ -45,7 +45,7 @@ class NativeEventDecoder:
             if self.done or self.error is not None:
                 break
             try:
-                out += self.event(self._decode(data))
+                out += self.event(event_object(data, self._name))
             except BlinkError as err:
                 self.error = err
                 break
@@ -54,11 +54,14 @@ class NativeEventDecoder:
             delta.more = i < len(out) - 1
         return iter(out)
 
-    def _decode(self, data: bytes) -> dict[str, Any]:
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamError(f"upstream '{self._name}' sent an unparseable event: {data[:200]!r}") from exc
-        if not isinstance(obj, dict):
-            raise UpstreamError(f"upstream '{self._name}' sent a non-object event")
-        return obj
+
+
+def event_object(data: bytes, name: str) -> dict[str, Any]:
+    """One SSE event's JSON object from upstream ``name``; an ``UpstreamError`` when it is not one."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(f"upstream '{name}' sent an unparseable event: {data[:200]!r}") from exc
+    if not isinstance(obj, dict):
+        raise UpstreamError(f"upstream '{name}' sent a non-object event")
+    return obj
