@@ -121,7 +121,7 @@ def build_responses_router(store: ResponseStore, settings: ResponsesSettings, se
         model = body.model or pipeline.registry.default_model()
         caller = caller_of(request)
         past = await history(caller, body.previous_response_id) if body.previous_response_id else []
-        t = translate(body, model, past, server.max_tokens_limit, server.request_timeout_s)
+        t = translate(body, raw, model, past, server.max_tokens_limit, server.request_timeout_s)
         req = apply_routing_headers(t.request, request.headers)
         gen = await pipeline.run(principal, req, Directives(cache))
         renderer = ResponseRenderer(req.request_id, model, body, body.tools or [], body.tool_choice or "auto")
