@@ -232,16 +232,11 @@ class SqlBatchStore(SqlStore):
         """Live files of ``owner`` (a key id; "" = the anonymous owner; None = everyone's), by
         creation time; ``after`` is the last id of the previous page."""
         where, args = [_LIVE_FILE], [int(time.time())]
-        if owner is not None:
-            where.append("COALESCE(key_id, '') = ?")
-            args.append(owner)
         if purpose is not None:
             where.append("purpose = ?")
             args.append(purpose)
         cmp, order = ("<", "DESC") if newest_first else (">", "ASC")
-        if after is not None:
-            where.append(f"(created_at, id) {cmp} (SELECT created_at, id FROM batch_files WHERE id = ?)")
-            args.append(after)
+        _owned_page(where, args, owner, after, "batch_files", cmp)
         rows = await self._run(lambda c: self._exec(
             c, f"SELECT {_FILE_COLS} FROM batch_files WHERE {' AND '.join(where)} "
                f"ORDER BY created_at {order}, id {order} LIMIT ?", [*args, limit]).fetchall())
@@ -336,12 +331,7 @@ class SqlBatchStore(SqlStore):
         a key id ("" = the anonymous owner; None = every owner's)."""
         where: list[str] = []
         args: list[Any] = []
-        if owner is not None:
-            where.append("COALESCE(key_id, '') = ?")
-            args.append(owner)
-        if after is not None:
-            where.append("(created_at, id) < (SELECT created_at, id FROM batches WHERE id = ?)")
-            args.append(after)
+        _owned_page(where, args, owner, after, "batches", "<")
         cond = f"WHERE {' AND '.join(where)} " if where else ""
         rows = await self._run(lambda c: self._exec(
             c, f"SELECT {_BATCH_COLS}, {_COUNTS} FROM batches b {cond}ORDER BY created_at DESC, id DESC LIMIT ?",
@@ -407,6 +397,18 @@ class SqlBatchStore(SqlStore):
                        (status, int(time.time()), ids.get("output_file_id"), ids.get("error_file_id"), batch_id))
 
         await self._run(fin)
+
+
+def _owned_page(where: list[str], args: list[Any], owner: str | None, after: str | None, table: str,
+                cmp: str) -> None:
+    """The conditions of one page of ``owner``'s rows (None: everyone's) after row ``after`` (by
+    creation time, then id; ``cmp`` is ``<`` newest first, ``>`` oldest first)."""
+    if owner is not None:
+        where.append("COALESCE(key_id, '') = ?")
+        args.append(owner)
+    if after is not None:
+        where.append(f"(created_at, id) {cmp} (SELECT created_at, id FROM {table} WHERE id = ?)")
+        args.append(after)
 
 
 def _dumps(value: Any) -> str | None:
