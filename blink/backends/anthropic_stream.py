@@ -4,65 +4,33 @@ The gateway's renderer speaks deltas whatever the upstream spoke, so a passed-th
 request comes back as the same deltas a translated one gives: text, OpenAI-shaped tool-call
 fragments (a ``tool_use`` block's start carries id and name, its ``input_json_delta`` the
 arguments), and the stop reason mapped back (``stop_sequence`` keeps the string that matched).
-Same interface as ``StreamDecoder`` (``feed`` / ``flush`` / ``done`` / ``finished`` / ``error``), so
-``OpenAIHTTPBackend.stream`` reads either with one loop.
+The SSE/JSON skeleton is ``NativeEventDecoder``'s (``native_events.py``), so
+``OpenAIHTTPBackend.stream`` reads every decoder with one loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
 from blink.backends.base import Delta, Usage
-from blink.backends.sse_parser import SSEParser
-from blink.protocol.errors import BlinkError, UpstreamError
+from blink.backends.native_events import NativeEventDecoder
+from blink.protocol.errors import UpstreamError
 
 # Anthropic's stop reasons as the finish reasons the renderer maps back.
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls",
            "refusal": "content_filter", "pause_turn": "stop"}
 
 
-class AnthropicStreamDecoder:
-    __slots__ = ("_name", "_parser", "_calls", "_usage", "done", "finished", "error")
+class AnthropicStreamDecoder(NativeEventDecoder):
+    __slots__ = ("_calls", "_usage")
 
     def __init__(self, name: str) -> None:
-        self._name = name
-        self._parser = SSEParser()
+        super().__init__(name)
         # Content block index -> tool-call index, for the tool_use blocks seen so far.
         self._calls: dict[int, int] = {}
         self._usage = Usage()
-        self.done = False
-        self.finished = False
-        self.error: BlinkError | None = None
-
-    def feed(self, chunk: bytes) -> Iterator[Delta]:
-        return self._deltas(self._parser.feed(chunk))
-
-    def flush(self) -> Iterator[Delta]:
-        return self._deltas(self._parser.flush())
-
-    def _deltas(self, events: list[bytes]) -> Iterator[Delta]:
-        out: list[Delta] = []
-        for data in events:
-            try:
-                out += self._decode(data)
-            except BlinkError as err:
-                self.error = err
-                break
-        for i, delta in enumerate(out):
-            delta.more = i < len(out) - 1
-        return iter(out)
-
-    def _decode(self, data: bytes) -> list[Delta]:
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamError(f"upstream '{self._name}' sent an unparseable event: {data[:200]!r}") from exc
-        if not isinstance(obj, dict):
-            raise UpstreamError(f"upstream '{self._name}' sent a non-object event")
-        return self.event(obj)
 
     def event(self, obj: dict[str, Any]) -> list[Delta]:
         """The deltas of one decoded event (also used for a whole message's parts)."""

@@ -22,6 +22,7 @@ import orjson
 from blink.backends.anthropic_stream import AnthropicStreamDecoder, deltas_from_message
 from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
 from blink.backends.http1 import Http1ConnectError, Http1Error, Http1Pool, Http1Response
+from blink.backends.native_events import NativeEventDecoder
 from blink.backends.openai_chunks import deltas_from_chunk
 from blink.backends.responses_events import ResponsesEventDecoder, deltas_from_response
 from blink.backends.stream_decoder import StreamDecoder
@@ -133,7 +134,7 @@ class OpenAIHTTPBackend:
                     yield delta
                 return
             # The read loop is here, not in a generator of its own: one resume per token less.
-            decoder: StreamDecoder | AnthropicStreamDecoder | ResponsesEventDecoder = (
+            decoder: StreamDecoder | NativeEventDecoder = (
                 _native_decoder(req.native_api, self.name) if native is not None
                 else StreamDecoder(self.name, req.kind, _error_from_body))
             chunks = resp.chunks()
@@ -330,5 +331,5 @@ def _native_deltas(api: str | None, whole: dict[str, Any], name: str) -> list[De
     return list(deltas_from_message(whole, name) if api == "messages" else deltas_from_response(whole, name))
 
 
-def _native_decoder(api: str | None, name: str) -> AnthropicStreamDecoder | ResponsesEventDecoder:
+def _native_decoder(api: str | None, name: str) -> NativeEventDecoder:
     return AnthropicStreamDecoder(name) if api == "messages" else ResponsesEventDecoder(name)

@@ -5,72 +5,48 @@ to it in that form (``GenerationRequest.native_body``) and its events come back 
 deltas a chat stream gives: text deltas, tool-call fragments (a ``function_call`` item is one
 call, its argument deltas its fragments), and at the end the finish reason and usage. The gateway
 then renders them as it renders every answer, so cache, metrics and the stored conversation are
-the same whichever way the upstream was reached. Same interface as ``StreamDecoder``.
+the same whichever way the upstream was reached. The SSE/JSON skeleton is ``NativeEventDecoder``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import orjson
-
 from blink.backends.base import Delta, Usage
-from blink.backends.sse_parser import SSEParser
-from blink.protocol.errors import BlinkError, UpstreamError
+from blink.backends.native_events import NativeEventDecoder
+from blink.protocol.errors import UpstreamError
 
 _FINISH = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
-class ResponsesEventDecoder:
+class ResponsesEventDecoder(NativeEventDecoder):
+    __slots__ = ("_calls",)
+
     def __init__(self, name: str) -> None:
-        self._name = name
-        self._parser = SSEParser()
+        super().__init__(name)
         self._calls: dict[str, int] = {}  # function_call item id -> its tool-call index
-        self.done = False
-        self.finished = False
-        self.error: BlinkError | None = None
 
-    def feed(self, chunk: bytes) -> Iterator[Delta]:
-        return self._deltas(self._parser.feed(chunk))
-
-    def flush(self) -> Iterator[Delta]:
-        return self._deltas(self._parser.flush())
-
-    def _deltas(self, payloads: list[bytes]) -> Iterator[Delta]:
-        for data in payloads:
-            if self.done or self.error is not None:
-                return
-            try:
-                event = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                self.error = UpstreamError(f"upstream '{self._name}' sent a malformed event")
-                return
-            delta = self.event(event) if isinstance(event, dict) else None
-            if delta is not None:
-                yield delta
-
-    def event(self, e: dict[str, Any]) -> Delta | None:
+    def event(self, e: dict[str, Any]) -> list[Delta]:
         kind = e.get("type")
         if kind == "response.output_text.delta":
-            return Delta(text=str(e.get("delta") or ""))
+            return [Delta(text=str(e.get("delta") or ""))]
         if kind == "response.output_item.added" and (e.get("item") or {}).get("type") == "function_call":
             item = e["item"]
             index = self._calls.setdefault(str(item.get("id")), len(self._calls))
-            return Delta(tool_calls=[{"index": index, "id": item.get("call_id"), "type": "function",
-                                      "function": {"name": item.get("name") or "", "arguments": ""}}])
+            return [Delta(tool_calls=[{"index": index, "id": item.get("call_id"), "type": "function",
+                                       "function": {"name": item.get("name") or "", "arguments": ""}}])]
         if kind == "response.function_call_arguments.delta":
             index = self._calls.get(str(e.get("item_id")))
             if index is None:
-                return None
-            return Delta(tool_calls=[{"index": index, "function": {"arguments": str(e.get("delta") or "")}}])
+                return []
+            return [Delta(tool_calls=[{"index": index, "function": {"arguments": str(e.get("delta") or "")}}])]
         if kind in ("response.completed", "response.incomplete"):
             self.done = self.finished = True
-            return self.final(e.get("response") or {})
+            return [self.final(e.get("response") or {})]
         if kind in ("response.failed", "error"):
             err = (e.get("response") or {}).get("error") or e
-            self.error = UpstreamError(f"upstream '{self._name}' failed: {str(err.get('message'))[:300]}")
-        return None
+            raise UpstreamError(f"upstream '{self._name}' failed: {str(err.get('message'))[:300]}")
+        return []
 
     def final(self, response: dict[str, Any]) -> Delta:
         """The finish reason and usage of a finished response object."""
@@ -92,8 +68,8 @@ def deltas_from_response(obj: dict[str, Any], name: str) -> list[Delta]:
             if text:
                 out.append(Delta(text=text))
         elif item.get("type") == "function_call":
-            out += [d for d in (decoder.event({"type": "response.output_item.added", "item": {**item, "arguments": ""}}),
-                                decoder.event({"type": "response.function_call_arguments.delta", "item_id": item.get("id"),
-                                               "delta": item.get("arguments") or ""})) if d is not None]
+            out += decoder.event({"type": "response.output_item.added", "item": {**item, "arguments": ""}})
+            out += decoder.event({"type": "response.function_call_arguments.delta", "item_id": item.get("id"),
+                                  "delta": item.get("arguments") or ""})
     out.append(decoder.final(obj))
     return out

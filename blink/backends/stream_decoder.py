@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
-
 from blink.backends.base import Delta
+from blink.backends.native_events import event_object
 from blink.backends.openai_chunks import deltas_from_chunk
 from blink.backends.sse_parser import SSEParser
-from blink.protocol.errors import BlinkError, UpstreamError
+from blink.protocol.errors import BlinkError
 
 ErrorFromBody = Callable[[dict[str, Any], int, str, dict[str, str]], BlinkError]
 
@@ -84,12 +83,7 @@ class StreamDecoder:
             yield held
 
     def _decode(self, data: bytes) -> list[Delta]:
-        try:
-            obj = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise UpstreamError(f"upstream '{self._name}' sent an unparseable event: {data[:200]!r}") from exc
-        if not isinstance(obj, dict):
-            raise UpstreamError(f"upstream '{self._name}' sent a non-object event")
+        obj = event_object(data, self._name)
         if obj.get("object") == "error":  # vLLM <= 0.9 sends its error object flat
             obj = {"error": obj}
         if "error" in obj:

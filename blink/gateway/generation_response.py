@@ -3,7 +3,9 @@
 Headers wait for the first delta, so anything that fails before it (context too long,
 upstream 4xx, backend down) is a proper JSON error with the right status. After the first
 delta a failure ends the stream with an SSE error event, never a silent truncation. A
-client disconnect cancels the generation at once and closes the backend's iterator.
+client disconnect cancels the generation at once and closes the backend's iterator. Each API
+(chat chunks, Anthropic Messages, the Responses API) only supplies its ``WireFormat`` (``wire.py``):
+the loop below is the one all three run.
 """
 
 from __future__ import annotations
@@ -13,14 +15,13 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-import orjson
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from blink.backends.base import Delta, GenerationRequest, StreamSource, Usage
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.errors import error_messages
-from blink.gateway.streaming import DONE, KEEP_ALIVE, ChunkEncoder, error_event
+from blink.gateway.wire import ChatWire, WireFormat
 from blink.obs.deltas import StreamStamp, observe_stream
 from blink.obs.metrics import GatewayMetrics
 from blink.obs.middleware import CLIENT_CLOSED
@@ -50,8 +51,11 @@ class GenerationResponse(Response):
         usage_headers: Callable[[Usage | None], list[tuple[bytes, bytes]]] | None = None,
         keepalive_s: float | None = _KEEPALIVE_S,
         on_close: Callable[[], None] | None = None,
+        wire: WireFormat | None = None,
     ) -> None:
         super().__init__()
+        # What goes on the wire (chat chunks unless the route's API renders otherwise).
+        self._wire: WireFormat = wire if wire is not None else ChatWire(req, include_usage)
         # Called once the response ended in any way (delivered, failed, timed out, client gone):
         # gives back what admission held for it (the key's sequence lease).
         self._on_close = on_close
@@ -67,11 +71,9 @@ class GenerationResponse(Response):
         self._backend = backend
         self._req = req
         self._stream = stream
-        self._include_usage = include_usage
         self._t0 = t0
         self._metrics = metrics
         self._timeout_s = timeout_s
-        self._endpoint = "chat" if req.kind == "chat" else "completions"
         self._started = False
         self._status = 200
 
@@ -118,6 +120,9 @@ class GenerationResponse(Response):
                 await aclose()
 
     async def _send_stream(self, it: AsyncIterator[Delta], send: Send, stamp: StreamStamp | None) -> None:
+        wire = self._wire
+        # Runs once this task waits on the backend (the loop's next turn): off the first token's path.
+        asyncio.get_running_loop().call_soon(wire.prepare)
         try:
             first: Delta | None = await self._first_delta(it, send)
         except StopAsyncIteration:
@@ -135,27 +140,24 @@ class GenerationResponse(Response):
             await send(self._start_message(b"text/event-stream", None))
             self._started = True
         req = self._req
-        enc = ChunkEncoder(req.kind, req.request_id, req.model, int(time.time()), self._include_usage,
-                           continuous_usage=_continuous_usage(req), return_token_ids=req.options.return_token_ids,
-                           n=req.options.n)
-        usage: Usage | None = None
         agg = ResponseAggregator(req.kind, req.num_choices, False) if self._on_complete is not None else None
         # Deltas already in memory together (``Delta.more``) go out in one write: one syscall
         # and one pass through the ASGI send chain instead of one per token. The per-delta work
         # is inline (no coroutine per delta): this loop runs once per token of every stream.
         pending: list[bytes] = []
         try:
+            head = wire.opening(first)
+            if head:
+                pending.append(head)
             if first is not None:
-                body = _take(enc, first, agg, stamp, pending)
+                body = _take(wire, first, agg, stamp, pending)
                 if body is not None:
                     await send({"type": "http.response.body", "body": body, "more_body": True})
-                usage = first.usage
                 async for delta in it:
-                    body = _take(enc, delta, agg, stamp, pending)
+                    body = _take(wire, delta, agg, stamp, pending)
                     if body is not None:
                         await send({"type": "http.response.body", "body": body, "more_body": True})
-                    if delta.usage is not None:
-                        usage = delta.usage
+            pending.append(await wire.closing())
         except BlinkError as err:
             await self._fail(send, err, pending)
             return
@@ -163,7 +165,6 @@ class GenerationResponse(Response):
             log.exception("backend %s failed mid-stream", self._backend.name)
             await self._fail(send, InternalServerError("The backend failed mid-stream."), pending)
             return
-        pending.append(enc.usage(usage) + DONE if self._include_usage else DONE)
         await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
         if agg is not None and self._on_complete is not None:
             self._on_complete(agg)
@@ -194,11 +195,12 @@ class GenerationResponse(Response):
             if not self._started:
                 self._started = True  # before the await: a cancel mid-send must not resend headers
                 await send(self._start_message(b"text/event-stream", 0.0))
-            await send({"type": "http.response.body", "body": KEEP_ALIVE, "more_body": True})
+            await send({"type": "http.response.body", "body": self._wire.keep_alive, "more_body": True})
             await asyncio.sleep(self._keepalive_s or 0.0)
 
     async def _send_whole(self, it: AsyncIterator[Delta], send: Send, stamp: StreamStamp | None) -> None:
         req = self._req
+        wire = self._wire
         agg = ResponseAggregator(req.kind, req.num_choices, req.options.logprobs, req.options.return_token_ids)
         ttft: float | None = None
         try:
@@ -208,6 +210,8 @@ class GenerationResponse(Response):
                 if stamp is not None:
                     stamp.on(delta)
                 agg.add(delta)
+                wire.add(delta)
+            body = await wire.whole(agg)
         except BlinkError as err:
             await self._fail(send, err)
             return
@@ -215,7 +219,6 @@ class GenerationResponse(Response):
             log.exception("backend %s failed", self._backend.name)
             await self._fail(send, InternalServerError("The backend failed."))
             return
-        body = orjson.dumps(agg.render(req.request_id, req.model, int(time.time())))
         if self._usage_headers is not None:
             self._extra_headers = self._extra_headers + self._usage_headers(agg.usage)
         await send(self._start_message(b"application/json", ttft, len(body)))
@@ -249,7 +252,7 @@ class GenerationResponse(Response):
         self._status = err.status
         record_error(err.status, err.type)
         if self._started:
-            body = b"".join(pending) + error_event(err) if pending else error_event(err)
+            body = b"".join(pending) + self._wire.failure(err) if pending else self._wire.failure(err)
             await send({"type": "http.response.body", "body": body, "more_body": False})
             return
         self._started = True
@@ -258,7 +261,7 @@ class GenerationResponse(Response):
 
 
 def _take(
-    enc: ChunkEncoder, delta: Delta, agg: ResponseAggregator | None, stamp: StreamStamp | None, pending: list[bytes]
+    wire: WireFormat, delta: Delta, agg: ResponseAggregator | None, stamp: StreamStamp | None, pending: list[bytes]
 ) -> bytes | None:
     """Encode ``delta`` into ``pending``; the bytes to write now, or None while the next delta is
     already here (it goes out with this one)."""
@@ -266,20 +269,14 @@ def _take(
         stamp.on(delta)
     if agg is not None:
         agg.add(delta)
-    chunk = enc.encode(delta)
-    if chunk is not None:
+    chunk = wire.encode(delta)
+    if chunk:
         pending.append(chunk)
     if not pending or delta.more:
         return None
     body = pending[0] if len(pending) == 1 else b"".join(pending)
     pending.clear()
     return body
-
-
-def _continuous_usage(req: GenerationRequest) -> bool:
-    """vLLM's ``stream_options.continuous_usage_stats`` (validated by the protocol)."""
-    opts = req.raw.get("stream_options")
-    return isinstance(opts, dict) and bool(opts.get("continuous_usage_stats"))
 
 
 async def _wait_for_disconnect(receive: Receive) -> None:

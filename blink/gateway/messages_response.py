@@ -4,16 +4,14 @@
 text deltas become a ``text`` block (``text_delta``), each tool call a ``tool_use`` block whose
 arguments stream as ``input_json_delta``; the finish reason becomes ``stop_reason``
 (``end_turn`` / ``max_tokens`` / ``stop_sequence`` with the matched ``stop_sequence`` /
-``tool_use``). ``MessagesResponse`` is ``GenerationResponse`` (disconnect, timeout, keep-alive,
-lease, metrics stamp, completion hooks) with this encoder in place of OpenAI's chunks; a failure
-after the first event ends the stream with Anthropic's ``error`` event, never a silent end.
+``tool_use``). It is the Messages API's ``WireFormat``: ``GenerationResponse`` (disconnect, timeout,
+keep-alive, lease, metrics stamp, completion hooks) runs the generation with it in place of OpenAI's
+chunks; a failure after the first event ends the stream with Anthropic's ``error`` event, never a
+silent end.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -24,13 +22,8 @@ from blink.backends.base import Delta, GenerationRequest, Usage
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.cache.entry import CachedResponse
 from blink.gateway.cache.replay import cached_deltas
-from blink.gateway.generation_response import GenerationResponse
 from blink.gateway.messages_errors import anthropic_error_of
-from blink.obs.deltas import StreamStamp
-from blink.obs.stages import record_error
-from blink.protocol.errors import BlinkError, InternalServerError
-
-log = logging.getLogger("blink.gateway")
+from blink.protocol.errors import BlinkError
 
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 _STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
@@ -46,7 +39,10 @@ def error_event(err: BlinkError) -> bytes:
 
 
 class MessagesEncoder:
-    """One request's deltas (a single choice) as Anthropic events, and as the final message."""
+    """One request's deltas (a single choice) as Anthropic events, and as the final message: the
+    Messages API's ``WireFormat`` for ``GenerationResponse``, and the renderer of a cache replay."""
+
+    keep_alive = PING  # Anthropic's ``ping`` event while the first token is pending (the SDK skips it)
 
     def __init__(self, req: GenerationRequest) -> None:
         self._req = req
@@ -61,7 +57,22 @@ class MessagesEncoder:
         self._prompt_tokens: int | None = None
         self.usage: Usage | None = None
 
-    # -- streaming -----------------------------------------------------------------------------
+    # -- streaming (``WireFormat``) ---------------------------------------------------------------
+
+    def prepare(self) -> None:
+        pass
+
+    def opening(self, first: Delta | None) -> bytes:
+        """``message_start``: after the first delta, which may carry the prompt's size."""
+        if first is not None and first.prompt_token_ids is not None and self._prompt_tokens is None:
+            self._prompt_tokens = len(first.prompt_token_ids)
+        return self.start()
+
+    async def closing(self) -> bytes:
+        return self.end()
+
+    def failure(self, err: BlinkError) -> bytes:
+        return error_event(err)
 
     def start(self) -> bytes:
         usage = {"input_tokens": self._prompt_tokens or 0, "output_tokens": 0}
@@ -108,6 +119,12 @@ class MessagesEncoder:
         return b"".join(out)
 
     # -- whole ---------------------------------------------------------------------------------
+
+    def add(self, delta: Delta) -> None:
+        self.encode(delta)
+
+    async def whole(self, agg: ResponseAggregator) -> bytes:
+        return orjson.dumps(self.message())
 
     def message(self) -> dict[str, Any]:
         self._close_block([])
@@ -160,112 +177,6 @@ def _arguments(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:  # cut short or nested too deep: the client still sees what was written
         return {"_raw_arguments": text}
-
-
-class MessagesResponse(GenerationResponse):
-    """``GenerationResponse`` rendering Anthropic's message object and event stream."""
-
-    async def _send_stream(self, it: AsyncIterator[Delta], send: Send, stamp: StreamStamp | None) -> None:
-        try:
-            first: Delta | None = await self._first_delta(it, send)
-        except StopAsyncIteration:
-            first = None
-        except BlinkError as err:
-            await self._fail(send, err)
-            return
-        except Exception:
-            log.exception("backend %s failed before the first token", self._backend.name)
-            await self._fail(send, InternalServerError("The backend failed before the first token."))
-            return
-        if self._started:
-            self._ttft_ms()
-        else:
-            await send(self._start_message(b"text/event-stream", None))
-            self._started = True
-        req = self._req
-        enc = MessagesEncoder(req)
-        agg = ResponseAggregator(req.kind, 1, False) if self._on_complete is not None else None
-        pending: list[bytes] = []
-        try:
-            if first is not None:
-                body = enc.encode(first)  # the first delta may carry the prompt's size for message_start
-                await self._write(send, enc.start() + body, first, stamp, agg, pending)
-                async for delta in it:
-                    await self._write(send, enc.encode(delta), delta, stamp, agg, pending)
-            else:
-                pending.append(enc.start())
-        except BlinkError as err:
-            await self._fail(send, err, pending)
-            return
-        except Exception:
-            log.exception("backend %s failed mid-stream", self._backend.name)
-            await self._fail(send, InternalServerError("The backend failed mid-stream."), pending)
-            return
-        pending.append(enc.end())
-        await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
-        if agg is not None and self._on_complete is not None:
-            self._on_complete(agg)
-
-    @staticmethod
-    async def _write(send: Send, body: bytes, delta: Delta, stamp: StreamStamp | None,
-                     agg: ResponseAggregator | None, pending: list[bytes]) -> None:
-        """Send ``body``, or hold it while the next delta is already in memory (one write for both)."""
-        if stamp is not None:
-            stamp.on(delta)
-        if agg is not None:
-            agg.add(delta)
-        if body:
-            pending.append(body)
-        if pending and not delta.more:
-            await send({"type": "http.response.body", "body": b"".join(pending), "more_body": True})
-            pending.clear()
-
-    async def _keep_alive(self, send: Send) -> None:
-        """Anthropic's ``ping`` event while the first token is pending (the SDK skips it)."""
-        while True:
-            if not self._started:
-                self._started = True  # before the await: a cancel mid-send must not resend headers
-                await send(self._start_message(b"text/event-stream", 0.0))
-            await send({"type": "http.response.body", "body": PING, "more_body": True})
-            await asyncio.sleep(self._keepalive_s or 0.0)
-
-    async def _send_whole(self, it: AsyncIterator[Delta], send: Send, stamp: StreamStamp | None) -> None:
-        req = self._req
-        enc = MessagesEncoder(req)
-        agg = ResponseAggregator(req.kind, 1, False) if self._on_complete is not None else None
-        ttft: float | None = None
-        try:
-            async for delta in it:
-                if ttft is None:
-                    ttft = self._ttft_ms()
-                if stamp is not None:
-                    stamp.on(delta)
-                if agg is not None:
-                    agg.add(delta)
-                enc.encode(delta)
-        except BlinkError as err:
-            await self._fail(send, err)
-            return
-        except Exception:
-            log.exception("backend %s failed", self._backend.name)
-            await self._fail(send, InternalServerError("The backend failed."))
-            return
-        body = orjson.dumps(enc.message())
-        if self._usage_headers is not None:
-            self._extra_headers = self._extra_headers + self._usage_headers(enc.usage)
-        await send(self._start_message(b"application/json", ttft, len(body)))
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-        if agg is not None and self._on_complete is not None:
-            self._on_complete(agg)
-
-    async def _fail(self, send: Send, err: BlinkError, pending: list[bytes] | None = None) -> None:
-        if not self._started:  # a JSON error; AnthropicErrorMiddleware gives it Anthropic's shape
-            await super()._fail(send, err)
-            return
-        self._status = err.status
-        record_error(err.status, err.type)
-        body = b"".join(pending or ()) + error_event(err)
-        await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class MessagesReplayResponse(Response):

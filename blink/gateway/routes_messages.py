@@ -23,8 +23,9 @@ from blink.config import ServerSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, check_model_allowed
 from blink.gateway.dispatch import Routes
 from blink.gateway.front import GatewayFront
+from blink.gateway.generation_response import GenerationResponse
 from blink.gateway.messages_request import chat_body, messages_request
-from blink.gateway.messages_response import MessagesReplayResponse, MessagesResponse
+from blink.gateway.messages_response import MessagesEncoder, MessagesReplayResponse
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.gateway.request_mapping import apply_routing_headers
 from blink.gateway.request_parsing import parse_json_object, require_json, validate
@@ -56,10 +57,10 @@ def add_messages_routes(router: Routes, registry: BackendRegistry, settings: Ser
         gen = await pipeline.run(principal, req, Directives(cache))
         if gen.replay is not None:
             return MessagesReplayResponse(req, gen.replay, stream=body.stream, headers=gen.headers)
-        return MessagesResponse(
+        return GenerationResponse(
             gen.source, req, stream=body.stream, include_usage=False, t0=t0, metrics=metrics,
             timeout_s=settings.request_timeout_s, on_complete=gen.on_complete, extra_headers=gen.headers,
-            usage_headers=gen.usage_headers, on_close=gen.close,
+            usage_headers=gen.usage_headers, on_close=gen.close, wire=MessagesEncoder(req),
         )
 
     @router.post("/v1/messages/count_tokens")

@@ -20,7 +20,8 @@ from starlette.routing import Route
 from blink.backends.base import Delta, GenerationRequest, SamplingOptions, Usage
 from blink.backends.openai_http import OpenAIHTTPBackend
 from blink.gateway.cache.entry import CachedChoice, CachedResponse
-from blink.gateway.messages_response import MessagesEncoder, MessagesReplayResponse, MessagesResponse
+from blink.gateway.generation_response import GenerationResponse
+from blink.gateway.messages_response import MessagesEncoder, MessagesReplayResponse
 from blink.obs.metrics import GatewayMetrics
 
 
@@ -119,8 +120,9 @@ def _app(base_url: str) -> Starlette:
     metrics = GatewayMetrics()
 
     async def messages(request: Request) -> Response:
-        return MessagesResponse(backend, _req(), stream=True, include_usage=False, t0=time.perf_counter(),
-                                metrics=metrics, timeout_s=10, keepalive_s=0.1)
+        req = _req()
+        return GenerationResponse(backend, req, stream=True, include_usage=False, t0=time.perf_counter(),
+                                  metrics=metrics, timeout_s=10, keepalive_s=0.1, wire=MessagesEncoder(req))
 
     return Starlette(routes=[Route("/messages", messages, methods=["POST"])])
 

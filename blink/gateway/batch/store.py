@@ -15,10 +15,7 @@ decide who may ask (``access.py``).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import sqlite3
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +24,7 @@ from typing import Any, BinaryIO, Protocol
 
 import orjson
 
-from blink.private_files import private_sqlite_path
+from blink.gateway.sql_store import POSTGRES, SQLITE, SqlStore, postgres_connect, sqlite_connect
 
 # Rows of file content: small enough that a read or write holds little memory, large enough
 # that a 200 MB file is a few hundred rows.
@@ -178,67 +175,18 @@ _COUNTS = (
 )
 
 
-class SqlBatchStore:
-    """One DB-API connection used from a worker thread under a lock (SQLite or psycopg).
+class SqlBatchStore(SqlStore):
+    """The Batch API's tables on ``SqlStore``'s connection (SQLite or psycopg)."""
 
-    ``connect`` opens the connection; ``param`` is the driver's placeholder (``?`` or ``%s``).
-    """
-
-    def __init__(self, connect: Callable[[], Any], param: str, blob_type: str) -> None:
-        self._connect = connect
-        self._param = param
-        self._blob = blob_type
-        self._conn: Any = None
-        self._lock = threading.Lock()
-
-    def _sql(self, sql: str) -> str:
-        return sql.replace("?", self._param) if self._param != "?" else sql
-
-    async def _run(self, fn: Callable[[Any], Any]) -> Any:
-        def locked() -> Any:
-            with self._lock:
-                try:
-                    result = fn(self._conn)
-                    self._conn.commit()
-                    return result
-                except BaseException:
-                    self._conn.rollback()
-                    raise
-
-        return await asyncio.to_thread(locked)
-
-    def _exec(self, conn: Any, sql: str, args: Sequence[Any] = ()) -> Any:
-        return conn.execute(self._sql(sql), tuple(args))
-
-    async def start(self) -> None:
-        if self._conn is not None:
-            return
-        self._conn = await asyncio.to_thread(self._connect)
-
-        def schema(conn: Any) -> None:
-            for ddl in _SCHEMA:
-                self._exec(conn, ddl.format(blob=self._blob))
-            for table, column, decl in _ADDED_COLUMNS:
-                present = {d[0] for d in self._exec(conn, f"SELECT * FROM {table} LIMIT 0").description}
-                if column not in present:
-                    self._exec(conn, f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
-            for ddl in _INDEXES:
-                self._exec(conn, ddl)
-
-        await self._run(schema)
-
-    async def aclose(self) -> None:
-        # Under the lock: closing the connection while a worker thread is inside an execute on it
-        # (a batch runner still finishing at shutdown) crashed the process in sqlite3 (segfault in
-        # a CI run at _exec); now the close waits for the statement in flight.
-        def close() -> None:
-            with self._lock:
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    conn.close()
-
-        if self._conn is not None:
-            await asyncio.to_thread(close)
+    def _schema(self, conn: Any) -> None:
+        for ddl in _SCHEMA:
+            self._exec(conn, ddl.format(blob=self._blob))
+        for table, column, decl in _ADDED_COLUMNS:
+            present = {d[0] for d in self._exec(conn, f"SELECT * FROM {table} LIMIT 0").description}
+            if column not in present:
+                self._exec(conn, f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+        for ddl in _INDEXES:
+            self._exec(conn, ddl)
 
     # -- files --------------------------------------------------------------------------------
 
@@ -284,16 +232,11 @@ class SqlBatchStore:
         """Live files of ``owner`` (a key id; "" = the anonymous owner; None = everyone's), by
         creation time; ``after`` is the last id of the previous page."""
         where, args = [_LIVE_FILE], [int(time.time())]
-        if owner is not None:
-            where.append("COALESCE(key_id, '') = ?")
-            args.append(owner)
         if purpose is not None:
             where.append("purpose = ?")
             args.append(purpose)
         cmp, order = ("<", "DESC") if newest_first else (">", "ASC")
-        if after is not None:
-            where.append(f"(created_at, id) {cmp} (SELECT created_at, id FROM batch_files WHERE id = ?)")
-            args.append(after)
+        _owned_page(where, args, owner, after, "batch_files", cmp)
         rows = await self._run(lambda c: self._exec(
             c, f"SELECT {_FILE_COLS} FROM batch_files WHERE {' AND '.join(where)} "
                f"ORDER BY created_at {order}, id {order} LIMIT ?", [*args, limit]).fetchall())
@@ -388,12 +331,7 @@ class SqlBatchStore:
         a key id ("" = the anonymous owner; None = every owner's)."""
         where: list[str] = []
         args: list[Any] = []
-        if owner is not None:
-            where.append("COALESCE(key_id, '') = ?")
-            args.append(owner)
-        if after is not None:
-            where.append("(created_at, id) < (SELECT created_at, id FROM batches WHERE id = ?)")
-            args.append(after)
+        _owned_page(where, args, owner, after, "batches", "<")
         cond = f"WHERE {' AND '.join(where)} " if where else ""
         rows = await self._run(lambda c: self._exec(
             c, f"SELECT {_BATCH_COLS}, {_COUNTS} FROM batches b {cond}ORDER BY created_at DESC, id DESC LIMIT ?",
@@ -461,6 +399,18 @@ class SqlBatchStore:
         await self._run(fin)
 
 
+def _owned_page(where: list[str], args: list[Any], owner: str | None, after: str | None, table: str,
+                cmp: str) -> None:
+    """The conditions of one page of ``owner``'s rows (None: everyone's) after row ``after`` (by
+    creation time, then id; ``cmp`` is ``<`` newest first, ``>`` oldest first)."""
+    if owner is not None:
+        where.append("COALESCE(key_id, '') = ?")
+        args.append(owner)
+    if after is not None:
+        where.append(f"(created_at, id) {cmp} (SELECT created_at, id FROM {table} WHERE id = ?)")
+        args.append(after)
+
+
 def _dumps(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value).decode()
 
@@ -494,25 +444,9 @@ def _batch(row: Sequence[Any]) -> BatchRecord:
 
 
 def sqlite_batch_store(path: str | Path) -> SqlBatchStore:
-    """SQLite in WAL mode: a committed line survives a kill -9 of the server (not only a clean exit)."""
-    target = Path(path).expanduser()
-
-    def connect() -> sqlite3.Connection:
-        conn = sqlite3.connect(str(private_sqlite_path(target)), check_same_thread=False, timeout=30)
-        conn.execute("PRAGMA journal_mode=WAL")
-        # NORMAL: WAL commits survive a process crash; only an OS crash could lose the last ones.
-        conn.execute("PRAGMA synchronous=NORMAL")
-        return conn
-
-    return SqlBatchStore(connect, "?", "BLOB")
+    return SqlBatchStore(sqlite_connect(path), *SQLITE)
 
 
 def postgres_batch_store(dsn: str) -> SqlBatchStore:
     """The shared store (several gateway replicas read the same jobs and files)."""
-
-    def connect() -> Any:
-        import psycopg
-
-        return psycopg.connect(dsn)
-
-    return SqlBatchStore(connect, "%s", "BYTEA")
+    return SqlBatchStore(postgres_connect(dsn), *POSTGRES)

@@ -25,10 +25,11 @@ from blink.gateway.cache.entry import CachedResponse
 from blink.gateway.cache.replay import cached_deltas
 from blink.gateway.dispatch import Routes
 from blink.gateway.front import GatewayFront
+from blink.gateway.generation_response import GenerationResponse
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.gateway.request_mapping import apply_routing_headers
 from blink.gateway.request_parsing import parse_json_object, require_json, validate
-from blink.gateway.responses.http_response import ResponsesResponse
+from blink.gateway.responses.http_response import ResponsesWire
 from blink.gateway.responses.render import ResponseRenderer
 from blink.gateway.responses.store import ResponseStore, StoredResponse
 from blink.gateway.responses.translate import translate
@@ -106,16 +107,16 @@ def build_responses_router(store: ResponseStore, settings: ResponsesSettings, se
         model = body.model or pipeline.registry.default_model()
         caller = caller_of(request)
         past = await history(caller, body.previous_response_id) if body.previous_response_id else []
-        t = translate(body, model, past, server.max_tokens_limit, server.request_timeout_s)
+        t = translate(body, raw, model, past, server.max_tokens_limit, server.request_timeout_s)
         req = apply_routing_headers(t.request, request.headers)
         gen = await pipeline.run(principal, req, Directives(cache))
         renderer = ResponseRenderer(req.request_id, model, body, body.tools or [], body.tool_choice or "auto")
-        return ResponsesResponse(
+        stored = partial(save, caller, body.previous_response_id, t.input_items) if body.store is not False else None
+        return GenerationResponse(
             gen.source if gen.replay is None else _Replay(gen.replay), req,
             stream=bool(body.stream), include_usage=False, t0=t0, metrics=state.metrics,
             timeout_s=server.request_timeout_s, on_complete=gen.on_complete, extra_headers=gen.headers,
-            usage_headers=gen.usage_headers, on_close=gen.close, renderer=renderer,
-            save=partial(save, caller, body.previous_response_id, t.input_items) if body.store is not False else None,
+            usage_headers=gen.usage_headers, on_close=gen.close, wire=ResponsesWire(renderer, stored),
         )
 
     @router.get("/v1/responses/{response_id}")

@@ -18,11 +18,8 @@ what made a stored response cost several times a chat completion.
 
 from __future__ import annotations
 
-import asyncio
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -30,7 +27,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from blink.private_files import private_sqlite_path
+from blink.gateway.sql_store import POSTGRES, SQLITE, SqlStore, postgres_connect, sqlite_connect
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS responses (
@@ -98,52 +95,12 @@ class ResponseStore(Protocol):
     async def tenant_bytes(self, tenant: str | None) -> int: ...
 
 
-class SqlResponseStore:
-    """One DB-API connection used from a worker thread under a lock (SQLite or psycopg)."""
+class SqlResponseStore(SqlStore):
+    """The responses table on ``SqlStore``'s connection (SQLite or psycopg)."""
 
-    def __init__(self, connect: Callable[[], Any], param: str, blob_type: str) -> None:
-        self._connect = connect
-        self._param = param
-        self._blob = blob_type
-        self._conn: Any = None
-        self._lock = threading.Lock()
-
-    async def _run(self, fn: Callable[[Any], Any]) -> Any:
-        def locked() -> Any:
-            with self._lock:
-                try:
-                    result = fn(self._conn)
-                    self._conn.commit()
-                    return result
-                except BaseException:
-                    self._conn.rollback()
-                    raise
-
-        return await asyncio.to_thread(locked)
-
-    def _exec(self, conn: Any, sql: str, args: Sequence[Any] = ()) -> Any:
-        return conn.execute(sql.replace("?", self._param) if self._param != "?" else sql, tuple(args))
-
-    async def start(self) -> None:
-        if self._conn is not None:
-            return
-        self._conn = await asyncio.to_thread(self._connect)
-
-        def schema(conn: Any) -> None:
-            for ddl in _SCHEMA:
-                self._exec(conn, ddl.format(blob=self._blob))
-
-        await self._run(schema)
-
-    async def aclose(self) -> None:
-        def close() -> None:
-            with self._lock:  # never under a statement in flight (the batch store's segfault lesson)
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    conn.close()
-
-        if self._conn is not None:
-            await asyncio.to_thread(close)
+    def _schema(self, conn: Any) -> None:
+        for ddl in _SCHEMA:
+            self._exec(conn, ddl.format(blob=self._blob))
 
     async def put(self, rec: StoredResponse, budget_bytes: int | None) -> bool:
         """Store ``rec``, evicting its tenant's oldest rows to stay within ``budget_bytes``.
@@ -245,23 +202,9 @@ def _record(row: Sequence[Any]) -> StoredResponse:
 
 
 def sqlite_response_store(path: str | Path) -> SqlResponseStore:
-    target = Path(path).expanduser()
-
-    def connect() -> sqlite3.Connection:
-        conn = sqlite3.connect(str(private_sqlite_path(target)), check_same_thread=False, timeout=30)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        return conn
-
-    return SqlResponseStore(connect, "?", "BLOB")
+    return SqlResponseStore(sqlite_connect(path), *SQLITE)
 
 
 def postgres_response_store(dsn: str) -> SqlResponseStore:
     """Shared by every gateway replica: a turn may land on any of them."""
-
-    def connect() -> Any:
-        import psycopg
-
-        return psycopg.connect(dsn)
-
-    return SqlResponseStore(connect, "%s", "BYTEA")
+    return SqlResponseStore(postgres_connect(dsn), *POSTGRES)

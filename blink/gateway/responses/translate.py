@@ -66,9 +66,10 @@ def refuse_unsupported(body: ResponsesRequest) -> None:
     _check_metadata(body.metadata)
 
 
-def translate(body: ResponsesRequest, model: str, history: list[dict[str, Any]], max_tokens_limit: int,
-              timeout_s: float | None) -> Translated:
-    """``history``: the stored conversation ``previous_response_id`` replays (normalised items)."""
+def translate(body: ResponsesRequest, raw: dict[str, Any], model: str, history: list[dict[str, Any]],
+              max_tokens_limit: int, timeout_s: float | None) -> Translated:
+    """``raw``: the request as sent (``body`` is it validated); ``history``: the stored conversation
+    ``previous_response_id`` replays (normalised items)."""
     refuse_unsupported(body)
     items = normalize_input(body.input)
     messages = ([{"role": "system", "content": body.instructions}] if body.instructions else [])
@@ -100,8 +101,10 @@ def translate(body: ResponsesRequest, model: str, history: list[dict[str, Any]],
     # For an upstream that serves /v1/responses itself: the conversation inline (this gateway keeps
     # the state, so the upstream stores nothing and needs no previous_response_id).
     req.native_api = "responses"
-    req.native_body = {**body.model_dump(include=body.model_fields_set - _NOT_PASSED_NATIVE, exclude_none=True),
-                       "input": history + items, "store": False}
+    # Built from the validated request as sent (the schema forbids unknown fields), not by dumping
+    # the model: a dump on every request was a large share of what Responses costs over chat.
+    native = {k: v for k, v in raw.items() if v is not None and k not in _NOT_PASSED_NATIVE}
+    req.native_body = {**native, "input": history + items, "store": False}
     return Translated(req, items)
 
 

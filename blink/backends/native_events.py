@@ -1,0 +1,67 @@
+"""The skeleton shared by the decoders of an upstream's native event streams (Messages, Responses).
+
+An upstream that serves ``/v1/messages`` or ``/v1/responses`` itself answers in its own events;
+each becomes the deltas a chat stream gives, so the gateway renders every answer one way. What is
+common (the SSE framing, JSON per event, the state ``OpenAIHTTPBackend.stream`` reads: ``done``,
+``finished``, ``error``, the write-together ``more`` flags) lives here once; each API supplies only
+``event``, its event -> deltas mapping. Same interface as ``StreamDecoder``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from blink.backends.base import Delta
+from blink.backends.sse_parser import SSEParser
+from blink.protocol.errors import BlinkError, UpstreamError
+
+
+class NativeEventDecoder:
+    __slots__ = ("_name", "_parser", "done", "finished", "error")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._parser = SSEParser()
+        self.done = False  # the stream's last event came (the body may be drained and released)
+        self.finished = False  # the answer's finish reason came
+        self.error: BlinkError | None = None
+
+    def feed(self, chunk: bytes) -> Iterator[Delta]:
+        return self._deltas(self._parser.feed(chunk))
+
+    def flush(self) -> Iterator[Delta]:
+        return self._deltas(self._parser.flush())
+
+    def event(self, obj: dict[str, Any]) -> list[Delta]:
+        """The deltas of one decoded event; raises ``UpstreamError`` for an upstream's failure event."""
+        raise NotImplementedError
+
+    def _deltas(self, payloads: list[bytes]) -> Iterator[Delta]:
+        out: list[Delta] = []
+        for data in payloads:
+            if self.done or self.error is not None:
+                break
+            try:
+                out += self.event(event_object(data, self._name))
+            except BlinkError as err:
+                self.error = err
+                break
+        # Deltas read together go out in one write (the last one says when to write).
+        for i, delta in enumerate(out):
+            delta.more = i < len(out) - 1
+        return iter(out)
+
+
+
+def event_object(data: bytes, name: str) -> dict[str, Any]:
+    """One SSE event's JSON object from upstream ``name``; an ``UpstreamError`` when it is not one."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise UpstreamError(f"upstream '{name}' sent an unparseable event: {data[:200]!r}") from exc
+    if not isinstance(obj, dict):
+        raise UpstreamError(f"upstream '{name}' sent a non-object event")
+    return obj
