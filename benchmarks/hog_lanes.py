@@ -27,7 +27,7 @@ async def measure(seconds: float) -> collections.Counter[tuple[int, int]]:
     sys.path.insert(0, str(ROOT))
     from blink.backends.base import GenerationRequest, SamplingOptions
     from blink.backends.embedded import EmbeddedBackend, engine_config_from_settings
-    from blink.config import ModelSettings
+    from blink.config.settings import ModelSettings
     from blink.demo.tiny import demo_model_dir
 
     def chat(rid: str, content: str, **opts: object) -> GenerationRequest:

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from blink.backends.embedded import serving_choice  # noqa: E402
-from blink.config import ModelSettings  # noqa: E402
+from blink.config.settings import ModelSettings  # noqa: E402
 from blink.demo.default_model import fetch_smollm2  # noqa: E402
 from blink.engine.config import EngineConfig  # noqa: E402
 from blink.engine.cpu_features import read_cpu_features  # noqa: E402

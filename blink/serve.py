@@ -12,7 +12,8 @@ from fastapi import FastAPI
 from blink.backends.base import Backend
 from blink.backends.openai_http import OpenAIHTTPBackend
 from blink.backends.registry import BackendRegistry
-from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
+from blink.config.routing import ClassifierSettings
+from blink.config.settings import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
 from blink.gateway.app import AppService, create_app
 from blink.gateway.batch.executor import PipelineLineExecutor
 from blink.gateway.compression.backend import CompressingBackend
@@ -34,7 +35,6 @@ from blink.modelserver.clients import EncoderClient
 from blink.modelserver.metrics import ModelServerCollector
 from blink.modelserver.server import ModelServer
 from blink.obs.metrics import GatewayMetrics
-from blink.routing_config import ClassifierSettings
 from blink.voice_gateway import VoiceService
 
 if TYPE_CHECKING:

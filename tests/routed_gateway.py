@@ -9,7 +9,7 @@ from typing import Any
 import openai
 from live_server import LiveServer
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.serve import build_app
 
 FULL = "".join(f" t{k}" for k in range(8))

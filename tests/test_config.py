@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from blink.config import DEFAULT_EMBEDDED_MODEL, ConfigError, Settings, load_settings, parse_bytes
+from blink.config.settings import DEFAULT_EMBEDDED_MODEL, ConfigError, Settings, load_settings, parse_bytes
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 

@@ -20,8 +20,8 @@ from live_server import LiveServer
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, TypeAdapter
 
-from blink.config import ModelSettings, ServerSettings, Settings
-from blink.responses_config import ResponsesSettings
+from blink.config.responses import ResponsesSettings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.serve import build_app
 
 pytest.importorskip("blink.engine.structured")

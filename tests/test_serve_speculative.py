@@ -11,7 +11,7 @@ import pytest
 from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 

@@ -17,7 +17,7 @@ import pytest
 from live_server import LiveServer
 from pydantic import BaseModel, Field
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.gateway.app import create_app
 from blink.protocol.errors import InvalidRequestError
 from blink.request_limits import SAMPLING_LIMITS

@@ -26,7 +26,7 @@ from live_server import LiveServer
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from live_server import LiveServer
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 

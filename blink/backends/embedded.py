@@ -29,6 +29,7 @@ from blink.backends.embedded_prompt import PromptEncoder
 from blink.backends.embedded_tools import prepare_tools
 from blink.backends.engine_supervisor import EngineSupervisor
 from blink.backends.tool_parsers import ParserName, ToolParserSetting, detect_parser
+from blink.config.supervision import SupervisionSettings
 from blink.demo.default_model import FallbackModel
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig
@@ -53,7 +54,6 @@ from blink.protocol.errors import (
     InvalidRequestError,
 )
 from blink.request_limits import wrap_seed
-from blink.supervision_config import SupervisionSettings
 
 log = logging.getLogger("blink.backends.embedded")
 

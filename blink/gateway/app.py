@@ -9,7 +9,7 @@ from typing import Protocol
 from fastapi import APIRouter, FastAPI
 
 from blink.backends.registry import BackendRegistry
-from blink.config import ObsSettings, ServerSettings
+from blink.config.settings import ObsSettings, ServerSettings
 from blink.gateway.auth import AuthMiddleware, KeyStore
 from blink.gateway.dashboard import DashboardAccess, build_dashboard_feed, build_dashboard_router
 from blink.gateway.errors import install_error_handlers

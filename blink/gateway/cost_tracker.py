@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from fastapi import APIRouter
 
 from blink.backends.base import Usage
+from blink.config.batch import CostSettings
 from blink.gateway.cost import BudgetExceededError, PriceTable, format_usd
 from blink.gateway.cost_ledger import SpendLedger, UsageRow
 from blink.obs import annotate
-from blink.throughput_config import CostSettings
 
 COST_HEADER = b"x-blink-cost-usd"
 # Budget entry that applies to every key without its own.

@@ -9,10 +9,10 @@ since they only compare Blink's vectors with Blink's vectors.
 
 from __future__ import annotations
 
-from blink.config import SemanticCacheSettings, Settings
+from blink.config.safety import BatchingSettings
+from blink.config.settings import SemanticCacheSettings, Settings
 from blink.modelserver.batcher import BatchConfig
 from blink.modelserver.server import ModelServer
-from blink.safety_config import BatchingSettings
 
 # Suffix of the quantized export's served name.
 INT8_SUFFIX = "-int8"

@@ -174,7 +174,7 @@ def test_the_request_share_setting_is_declared_once() -> None:
     from pydantic import ValidationError
 
     from blink.backends.embedded import engine_config_from_settings
-    from blink.config import ModelSettings
+    from blink.config.settings import ModelSettings
     from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
 
     assert ModelSettings().max_seqs_per_request_share == DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
@@ -200,7 +200,7 @@ async def test_sampling_fields_the_engine_cannot_honour_are_refused(backend: Emb
 
 def test_serving_with_no_flags_prints_and_runs_the_fast_defaults(tiny_qwen2: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from blink.backends.embedded import create_embedded_backend
-    from blink.config import ModelSettings
+    from blink.config.settings import ModelSettings
     from blink.engine.async_engine import default_threads
     from blink.engine.cpu_features import read_cpu_features
     from blink.engine.fast_defaults import choose_serving_config
@@ -215,7 +215,7 @@ def test_serving_with_no_flags_prints_and_runs_the_fast_defaults(tiny_qwen2: Pat
 
 def test_explicit_settings_reach_the_engine_unchanged(tiny_qwen2: Path) -> None:
     from blink.backends.embedded import engine_config_from_settings
-    from blink.config import ModelSettings
+    from blink.config.settings import ModelSettings
 
     ms = ModelSettings(name="tiny", model=str(tiny_qwen2), dtype="float32", quantization="none", threads=1)
     config = engine_config_from_settings(ms)

@@ -9,7 +9,7 @@ import pytest
 
 from blink.backends.base import GenerationRequest, SamplingOptions
 from blink.backends.embedded import EmbeddedBackend
-from blink.config import ModelSettings
+from blink.config.settings import ModelSettings
 from blink.demo.default_model import SMOLLM2_WHEEL, PinnedWheelFile, default_model_fallback
 from blink.demo.pypi_wheel import PipDownload
 from blink.engine.config import EngineConfig

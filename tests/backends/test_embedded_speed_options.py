@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from blink.backends.embedded import engine_config_from_settings, serving_choice
-from blink.config import ModelSettings
+from blink.config.settings import ModelSettings
 from blink.gateway.request_mapping import chat_request
 from blink.protocol.chat import ChatCompletionRequest
 

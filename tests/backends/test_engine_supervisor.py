@@ -20,10 +20,10 @@ import pytest
 from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
+from blink.config.supervision import SupervisionSettings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
-from blink.supervision_config import SupervisionSettings
 
 MODEL = "tiny"
 # A wait, not a timing goal: a restart imports torch and loads the model in a new process,

@@ -20,10 +20,10 @@ from upstream_server import FakeUpstream
 
 from blink.backends.base import Delta, Usage
 from blink.backends.responses_events import ResponsesEventDecoder, deltas_from_response
-from blink.config import ModelSettings, Settings
+from blink.config.responses import ResponsesSettings
+from blink.config.settings import ModelSettings, Settings
 from blink.gateway.responses.render import ResponseRenderer, sse
 from blink.protocol.responses import ResponsesRequest
-from blink.responses_config import ResponsesSettings
 from blink.serve import build_app
 
 

@@ -31,7 +31,7 @@ from real_vllm import RealVllm, build_checkpoint, vllm_python
 from servers import free_port
 from vllm_format_server import CONTEXT, MODEL, VllmFormatServer
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.serve import build_app
 
 MSGS = [{"role": "user", "content": "What colour is the sky?"}]

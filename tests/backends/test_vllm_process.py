@@ -27,8 +27,8 @@ from real_vllm import READY_TIMEOUT_S, build_checkpoint, remove_omp_leftovers, v
 from servers import free_port
 
 from blink.backends.vllm_process import VllmProcessBackend, vllm_command
-from blink.config import ModelSettings, ServerSettings, Settings
-from blink.scaleout_config import VllmSettings
+from blink.config.discovery import VllmSettings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.serve import build_app
 
 FAKE_DIR = Path(__file__).parent / "fake_vllm"

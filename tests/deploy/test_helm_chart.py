@@ -103,7 +103,7 @@ def test_schema_enums_match_blink_settings() -> None:
     import json
     import typing
 
-    from blink.config import ModelSettings
+    from blink.config.settings import ModelSettings
 
     engine = json.loads((CHART / "values.schema.json").read_text())["properties"]["engine"]["properties"]
     for value, field in (("quantization", "quantization"), ("speculative", "speculative"), ("dtype", "dtype")):

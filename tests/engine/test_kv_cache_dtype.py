@@ -176,7 +176,7 @@ def test_engine_outputs_do_not_depend_on_batching_prefix_caching_or_preemption(t
 
 def test_kv_cache_dtype_travels_from_settings_to_the_engine_config() -> None:
     from blink.backends.embedded import engine_config_from_settings
-    from blink.config import ModelSettings
+    from blink.config.settings import ModelSettings
 
     for kv in ("fp8", "int8"):
         assert engine_config_from_settings(ModelSettings(model="m", kv_cache_dtype=kv)).kv_cache_dtype == kv

@@ -210,7 +210,7 @@ def test_every_engine_mode_is_a_setting_and_travels_to_the_engine_config() -> No
     from pydantic import ValidationError
 
     from blink.backends.embedded import engine_config_from_settings
-    from blink.config import ModelSettings
+    from blink.config.settings import ModelSettings
     from blink.engine.layers.linear_int8 import QUANTIZATION_MODES
 
     # Every engine mode is a setting; "auto" is the settings' own, resolved to an engine mode for the CPU.

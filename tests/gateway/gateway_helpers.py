@@ -6,7 +6,7 @@ from typing import Any
 
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 
 
 def gateway_settings(upstream: FakeUpstream, **server: Any) -> Settings:

@@ -11,7 +11,7 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ModelSettings, ServerSettings, Settings
+from blink.config.settings import AuthSettings, ModelSettings, ServerSettings, Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 

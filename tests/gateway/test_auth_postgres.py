@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from upstream_server import FakeUpstream
 
 from blink.cli import app as cli_app
-from blink.config import AuthSettings, ModelSettings, ServerSettings, Settings
+from blink.config.settings import AuthSettings, ModelSettings, ServerSettings, Settings
 from blink.gateway.auth_postgres import PostgresKeyStore
 from blink.protocol.errors import BackendUnavailableError
 from blink.serve import build_app

@@ -14,7 +14,8 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.backends.base import Usage
-from blink.config import (
+from blink.config.batch import BatchSettings, CostSettings, ModelPrice
+from blink.config.settings import (
     CacheSettings,
     ExactCacheSettings,
     ModelSettings,
@@ -25,7 +26,6 @@ from blink.config import (
 from blink.gateway.cost import PriceTable
 from blink.gateway.cost_ledger import read_usage
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings, CostSettings, ModelPrice
 
 # Deliberately large prices so a few tokens give a cost well above the header's resolution.
 PRICE = ModelPrice(input=1000.0, output=3000.0, cached_input=250.0)

@@ -20,7 +20,14 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.backends.base import GenerationRequest, SamplingOptions
-from blink.config import AuthSettings, ModelSettings, ObsSettings, RateLimitSettings, ServerSettings, Settings
+from blink.config.settings import (
+    AuthSettings,
+    ModelSettings,
+    ObsSettings,
+    RateLimitSettings,
+    ServerSettings,
+    Settings,
+)
 from blink.gateway.auth import ApiKey, ApiKeyStore
 from blink.gateway.front import GatewayFront
 from blink.gateway.pipeline import Directives, GenerationPipeline

@@ -16,7 +16,7 @@ from live_server import LiveServer
 from servers import RedisServer, free_port
 from upstream_server import FakeUpstream
 
-from blink.config import (
+from blink.config.settings import (
     AuthSettings,
     ModelRateLimit,
     ModelSettings,

@@ -20,7 +20,7 @@ from fault_upstream import FaultUpstream
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import (
+from blink.config.settings import (
     AuthSettings,
     CacheSettings,
     ExactCacheSettings,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from blink.config import ModelSettings, Settings
-from blink.safety_config import ModelServerSettings, ServedModelSettings
+from blink.config.safety import ModelServerSettings, ServedModelSettings
+from blink.config.settings import ModelSettings, Settings
 
 LABELS = ["safe", "toxic", "spam"]
 

@@ -10,7 +10,7 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, Settings
+from blink.config.settings import ModelSettings, Settings
 from blink.serve import build_app
 
 

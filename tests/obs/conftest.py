@@ -9,7 +9,7 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, ObsSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ObsSettings, ServerSettings, Settings
 from blink.obs.request_log import RequestLogger
 from blink.serve import build_app
 

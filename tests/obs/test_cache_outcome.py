@@ -14,7 +14,7 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import CacheSettings, ExactCacheSettings, ModelSettings, ObsSettings, Settings
+from blink.config.settings import CacheSettings, ExactCacheSettings, ModelSettings, ObsSettings, Settings
 from blink.obs.request_log import RequestLogger
 from blink.serve import build_app
 

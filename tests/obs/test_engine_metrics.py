@@ -12,7 +12,7 @@ import pytest
 from live_server import LiveServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from blink.config import ModelSettings, ObsSettings, ServerSettings, Settings
+from blink.config.settings import ModelSettings, ObsSettings, ServerSettings, Settings
 from blink.serve import build_app
 
 MODEL = "tiny"

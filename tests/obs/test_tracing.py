@@ -11,7 +11,7 @@ from live_server import LiveServer
 from otlp_receiver import OTLPReceiver, attrs
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, ObsSettings, Settings
+from blink.config.settings import ModelSettings, ObsSettings, Settings
 from blink.obs.observer import Observability
 from blink.obs.setup import build_observability
 from blink.serve import build_app

@@ -17,14 +17,14 @@ from voice_helpers import run_stage
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from blink.config import ModelSettings, Settings
+from blink.config.settings import ModelSettings, Settings
+from blink.config.voice import VoiceSettings
 from blink.serve import build_app
 from blink.voice.build import build_synthesizer
 from blink.voice.frames import SAMPLE_RATE, AudioOutFrame, InterruptFrame, TextDeltaFrame, TextEndFrame
 from blink.voice.stt import WhisperTranscriber
 from blink.voice.tts import TtsStage
 from blink.voice.tts_piper import PiperSynthesizer
-from blink.voice_config import VoiceSettings
 
 # 40 ms of 16 kHz PCM16 per message, sent 4x faster than real time (as tests/voice/test_websocket.py).
 CHUNK, CHUNK_GAP_S = 1280, 0.01

@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed
 
 from blink.backends.base import Backend
 from blink.cli import app as cli_app
-from blink.config import AuthSettings, ModelSettings, Settings
+from blink.config.settings import AuthSettings, ModelSettings, Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 

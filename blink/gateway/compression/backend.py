@@ -15,7 +15,7 @@ from typing import Any
 
 from blink.backends.base import Backend, Delta, GenerationRequest
 from blink.backends.wrapping import WrappingBackend
-from blink.compression_config import CompressionSettings
+from blink.config.compression import CompressionSettings
 from blink.gateway.compression.metrics import CompressionStats
 from blink.gateway.compression.scorer import SelfInformationScorer
 from blink.gateway.compression.selection import select_words

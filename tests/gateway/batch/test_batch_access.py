@@ -19,10 +19,10 @@ from batch_helpers import chat_line, jsonl, read_jsonl, wait_batch
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ModelSettings, Settings
+from blink.config.batch import BatchSettings
+from blink.config.settings import AuthSettings, ModelSettings, Settings
 from blink.gateway.auth import SCOPE_ADMIN, ApiKeyStore
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings
 
 
 @dataclass

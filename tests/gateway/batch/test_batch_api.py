@@ -15,9 +15,9 @@ import pytest
 from batch_helpers import chat_line, jsonl, read_jsonl, wait_batch
 from live_server import LiveServer
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.batch import BatchSettings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings
 
 
 @pytest.fixture(scope="module")

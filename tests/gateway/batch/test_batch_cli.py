@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 from upstream_server import FakeUpstream
 
 from blink.cli import app
-from blink.config import ModelSettings, Settings
+from blink.config.batch import BatchSettings, CostSettings, ModelPrice
+from blink.config.settings import ModelSettings, Settings
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings, CostSettings, ModelPrice
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,8 @@ from batch_helpers import chat_line, jsonl, read_jsonl, wait_batch
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ModelSettings, RateLimitSettings, Settings
+from blink.config.batch import BatchSettings, CostSettings, ModelPrice
+from blink.config.settings import AuthSettings, ModelSettings, RateLimitSettings, Settings
 from blink.gateway.auth import ApiKey, ApiKeyStore
 from blink.gateway.batch.executor import PipelineLineExecutor
 from blink.gateway.front import GatewayFront
@@ -28,7 +29,6 @@ from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.ratelimit import RateLimiter
 from blink.gateway.sequence_quota import SequenceQuota
 from blink.serve import build_app, build_registry
-from blink.throughput_config import BatchSettings, CostSettings, ModelPrice
 
 CHAT = "/v1/chat/completions"
 BLOCKED = "tell me about the forbidden fruit"

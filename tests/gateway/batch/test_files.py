@@ -16,10 +16,10 @@ from batch_helpers import chat_line, jsonl, wait_batch
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ModelSettings, Settings
+from blink.config.batch import BatchSettings
+from blink.config.settings import AuthSettings, ModelSettings, Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings
 
 MAX_FILE = 64 * 1024
 QUOTA = 100 * 1024

@@ -11,11 +11,11 @@ from batch_helpers import chat_line, jsonl, read_jsonl, wait_batch
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, Settings
+from blink.config.batch import BatchSettings
+from blink.config.settings import ModelSettings, Settings
 from blink.gateway.batch.executor import LineResult
 from blink.gateway.batch.runner import retryable
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings
 
 LINES = 6
 

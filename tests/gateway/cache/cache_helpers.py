@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.config.settings import CacheSettings, ModelSettings, ServerSettings, Settings
 from blink.serve import build_app
 
 

@@ -13,7 +13,7 @@ from cache_helpers import wait_entries
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.config.settings import AuthSettings, CacheSettings, ModelSettings, ServerSettings, Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 

@@ -13,10 +13,10 @@ from live_server import LiveServer
 from pydantic import ValidationError
 from upstream_server import FakeUpstream
 
-from blink.compression_config import CompressionSettings
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.batch import CostSettings, ModelPrice
+from blink.config.compression import CompressionSettings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.serve import build_app
-from blink.throughput_config import CostSettings, ModelPrice
 
 DOCUMENT = (
     "The quarterly report of the northern warehouse lists every shipment that left the loading dock "

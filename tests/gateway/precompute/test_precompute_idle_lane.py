@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from live_server import LiveServer
 from precompute_helpers import serving
 
-from blink.config import CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.config.settings import CacheSettings, ModelSettings, ServerSettings, Settings
 
 HOT = [{"role": "user", "content": "Tell me a long story about the sea."}]
 # Long enough that the user's request lands while the refresh is still generating.

@@ -16,7 +16,7 @@ from live_server import LiveServer
 from precompute_helpers import serving, upstream_settings
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ServerSettings
+from blink.config.settings import AuthSettings, ServerSettings
 from blink.gateway.auth import ApiKeyStore
 
 SYSTEM = {"role": "system", "content": "You are the support agent of a broadband provider."}

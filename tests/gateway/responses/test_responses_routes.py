@@ -22,10 +22,10 @@ from openai.types.responses.response_item_list import ResponseItemList
 from pydantic import TypeAdapter
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, CacheSettings, ExactCacheSettings, ModelSettings, Settings
+from blink.config.responses import ResponsesSettings
+from blink.config.settings import AuthSettings, CacheSettings, ExactCacheSettings, ModelSettings, Settings
 from blink.gateway.auth import SCOPE_ADMIN, ApiKeyStore
 from blink.gateway.responses.items import MAX_INPUT_ITEMS
-from blink.responses_config import ResponsesSettings
 from blink.serve import build_app
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)

@@ -13,10 +13,10 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.discovery import DiscoverySettings
+from blink.config.settings import ModelSettings, ServerSettings, Settings
 from blink.gateway.router.discovery import DnsSource, StaticSource
 from blink.gateway.router.replica_set import ReplicaSetBackend
-from blink.scaleout_config import DiscoverySettings
 from blink.serve import build_app
 
 MSGS = [{"role": "user", "content": "hi"}]

@@ -6,7 +6,7 @@ from typing import Any
 
 from scripted_upstream import ScriptedUpstream
 
-from blink.config import ModelSettings, Settings
+from blink.config.settings import ModelSettings, Settings
 
 
 def safety_settings(up: ScriptedUpstream, **sections: Any) -> Settings:

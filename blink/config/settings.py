@@ -31,16 +31,16 @@ from pydantic_settings import (
 )
 
 from blink.backends.tool_parsers import ToolParserSetting
-from blink.compression_config import CompressionSettings
-from blink.precompute_config import PrecomputeSettings
+from blink.config.batch import BatchSettings, CostSettings
+from blink.config.compression import CompressionSettings
+from blink.config.discovery import DiscoverySettings, VllmSettings
+from blink.config.precompute import PrecomputeSettings
+from blink.config.responses import ResponsesSettings
+from blink.config.routing import RouteSettings, check_routes
+from blink.config.safety import ModelServerSettings, SafetySettings
+from blink.config.supervision import SupervisionSettings
+from blink.config.voice import VoiceSettings
 from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
-from blink.responses_config import ResponsesSettings
-from blink.routing_config import RouteSettings, check_routes
-from blink.safety_config import ModelServerSettings, SafetySettings
-from blink.scaleout_config import DiscoverySettings, VllmSettings
-from blink.supervision_config import SupervisionSettings
-from blink.throughput_config import BatchSettings, CostSettings
-from blink.voice_config import VoiceSettings
 
 DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -186,7 +186,7 @@ class ModelSettings(BaseModel):
     # embedded: how tool calls are read from the model's output; "auto" picks the format its chat
     # template shows (<tool_call> -> hermes, [TOOL_CALLS] -> mistral, <|python_tag|> -> llama3_json).
     tool_parser: ToolParserSetting = "auto"
-    # embedded: restart the engine core when it dies (blink/supervision_config.py).
+    # embedded: restart the engine core when it dies (blink/config/supervision.py).
     supervision: SupervisionSettings = SupervisionSettings()
     # openai_http: upstream base URL (".../v1"), API key from an env var, model id upstream.
     base_url: str | None = None
@@ -342,20 +342,20 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     models: list[ModelSettings] = Field(default_factory=list)
     default_model: str | None = None
-    # Routed models: tiers of the models above behind one name (blink/routing_config.py).
+    # Routed models: tiers of the models above behind one name (blink/config/routing.py).
     routes: list[RouteSettings] = Field(default_factory=list)
     auth: AuthSettings = AuthSettings()
     ratelimit: RateLimitSettings = RateLimitSettings()
     cache: CacheSettings = CacheSettings()
     obs: ObsSettings = ObsSettings()
-    # Small ONNX models with dynamic batching and the safety filter (blink/safety_config.py).
+    # Small ONNX models with dynamic batching and the safety filter (blink/config/safety.py).
     model_server: ModelServerSettings = ModelServerSettings()
     safety: SafetySettings = SafetySettings()
     batch: BatchSettings = BatchSettings()
-    # /v1/responses and its stored responses (blink/responses_config.py).
+    # /v1/responses and its stored responses (blink/config/responses.py).
     responses: ResponsesSettings = ResponsesSettings()
     cost: CostSettings = CostSettings()
-    # The /v1/voice WebSocket (blink/voice_config.py); off unless enabled.
+    # The /v1/voice WebSocket (blink/config/voice.py); off unless enabled.
     voice: VoiceSettings = VoiceSettings()
 
     @model_validator(mode="after")

@@ -1,6 +1,6 @@
 """Settings of the throughput lane: the Batch API's job store and runner, and cost accounting.
 
-Kept out of ``config.py`` (which only adds the two sections) so the lane's knobs live together.
+Kept out of ``settings.py`` (which only adds the two sections) so the lane's knobs live together.
 """
 
 from __future__ import annotations
