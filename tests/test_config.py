@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from blink.config.settings import DEFAULT_EMBEDDED_MODEL, ConfigError, Settings, load_settings, parse_bytes
+from blink.byte_size import parse_bytes
+from blink.config.models import DEFAULT_EMBEDDED_MODEL
+from blink.config.settings import ConfigError, Settings, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -63,7 +65,7 @@ default_model: big
 def test_upstream_flag_replaces_embedded_default() -> None:
     s = load_settings(model={"kind": "openai_http", "base_url": "http://u/v1", "upstream_model": "llama"})
     (m,) = s.models
-    assert (m.kind, m.name, m.model, m.upstream_model) == ("openai_http", "llama", None, "llama")
+    assert (m.kind, m.name, m.upstream_model) == ("openai_http", "llama", "llama") and not hasattr(m, "model")
     s = load_settings(model={"model": "/tmp/tiny", "kv_cache_memory_bytes": "64MiB", "enable_prefix_caching": False})
     (m,) = s.models
     assert (m.name, m.model, m.kv_cache_memory_bytes, m.enable_prefix_caching) == (
@@ -78,7 +80,12 @@ def test_upstream_flag_replaces_embedded_default() -> None:
         ("server:\n  bogus: 1\n", "server.bogus"),
         ("models:\n  - {kind: embedded, kv_cache_memory_bytes: lots}\n", "models.0.kv_cache_memory_bytes"),
         ("models:\n  - {kind: openai_http}\n", "models.0"),
-        ("models:\n  - {kind: quantum}\n", "models.0.kind"),
+        ("models:\n  - {kind: quantum}\n", "models.0: 'kind' must be one of embedded, openai_http, vllm"),
+        ("models:\n  - {kind: vllm}\n", "models.0.model: Field required"),
+        ("models:\n  - {name: a, base_url: http://u/v1}\n", "models.0: Value error, 'base_url' applies to openai_http models, not embedded ones"),
+        ("models:\n  - {kind: openai_http, base_url: http://u/v1, dtype: bfloat16, warp: 9}\n",
+         "'dtype' applies to embedded models, not openai_http ones; 'warp' is not a setting of any model kind"),
+        ("models:\n  - {kind: vllm, model: m, compression: {scorer: x}}\n", "'compression' applies to openai_http models, not vllm ones"),
         ("default_model: nope\n", "(settings)"),
     ],
 )

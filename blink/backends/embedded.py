@@ -28,7 +28,8 @@ from blink.backends.embedded_fields import grammar_engine_of, refuse_unsupported
 from blink.backends.embedded_prompt import PromptEncoder
 from blink.backends.embedded_tools import prepare_tools
 from blink.backends.engine_supervisor import EngineSupervisor
-from blink.backends.tool_parsers import ParserName, ToolParserSetting, detect_parser
+from blink.backends.tool_parsers import ParserName, detect_parser
+from blink.config.models import ToolParserSetting
 from blink.config.supervision import SupervisionSettings
 from blink.demo.default_model import FallbackModel
 from blink.engine.async_engine import AsyncEngine, default_threads

@@ -17,12 +17,11 @@ Invalid configuration raises ``ConfigError`` naming the field, before anything s
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -30,43 +29,18 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from blink.backends.tool_parsers import ToolParserSetting
+from blink.byte_size import ByteSize
 from blink.config.batch import BatchSettings, CostSettings
-from blink.config.compression import CompressionSettings
-from blink.config.discovery import DiscoverySettings, VllmSettings
+from blink.config.models import MODEL_KINDS, EmbeddedModel, ModelSettings, OpenAIHTTPModel
 from blink.config.precompute import PrecomputeSettings
 from blink.config.responses import ResponsesSettings
 from blink.config.routing import RouteSettings, check_routes
 from blink.config.safety import ModelServerSettings, SafetySettings
-from blink.config.supervision import SupervisionSettings
 from blink.config.voice import VoiceSettings
-from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
-
-DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
-    "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40,
-}  # fmt: skip
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
 class ConfigError(Exception):
     """The configuration is invalid; the message names the offending field(s)."""
-
-
-def parse_bytes(value: Any) -> Any:
-    """``"512MiB"`` -> 536870912; ints pass through; anything else is left for pydantic to reject."""
-    if isinstance(value, str):
-        match = _SIZE_RE.match(value)
-        if match is None or match.group(2).lower() not in _UNITS:
-            raise ValueError(f"not a byte size: {value!r} (try '512MiB' or '2GB')")
-        return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-    return value
-
-
-ByteSize = Annotated[int, BeforeValidator(parse_bytes), Field(gt=0)]
 
 
 class ServerSettings(BaseModel):
@@ -113,112 +87,6 @@ class ServerSettings(BaseModel):
     # Whole-request deadline handed to backends (seconds); None = no deadline.
     request_timeout_s: float | None = Field(600.0, gt=0)
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
-
-
-class ModelSettings(BaseModel):
-    """One served model: the embedded engine or an OpenAI-compatible upstream."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # The id clients put in ``model``; defaults to ``upstream_model`` or ``model``.
-    name: str = ""
-    kind: Literal["embedded", "openai_http", "vllm"] = "embedded"
-    # embedded: Hugging Face id or local folder.
-    model: str | None = None
-    # auto: bfloat16 where the CPU has native bf16 (AVX512-BF16 or AMX), else the checkpoint's
-    # dtype (blink/engine/fast_defaults.py).
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
-    device: str = "cpu"
-    kv_cache_memory_bytes: ByteSize = 512 * 1024 * 1024
-    block_size: int = Field(16, ge=1)
-    max_num_seqs: int = Field(64, ge=1)
-    # The most of max_num_seqs one request's n choices may hold at once; the rest of its choices
-    # wait while other requests proceed (at least one sequence is always allowed).
-    max_seqs_per_request_share: float = Field(DEFAULT_MAX_SEQS_PER_REQUEST_SHARE, gt=0.0, le=1.0)
-    max_num_batched_tokens: int = Field(1024, ge=1)
-    # Batch-priority sequences running at once (0 = up to max_num_seqs). An interactive request
-    # waits at most one engine step, and a batch step's length grows with this: 2 (with
-    # max_batch_tokens 16) kept interactive p99 TTFT within 1.2x of the no-batch figure on one CPU
-    # core, 8/64 did not, at twice the batch throughput (benchmarks/RESULTS.md). Raise on GPUs.
-    max_batch_seqs: int = Field(2, ge=0)
-    # Tokens the batch lane may compute per step (0 = what the budget leaves): several batch
-    # prompts admitted together would otherwise make one long prefill step for a chat to wait on.
-    max_batch_tokens: int = Field(16, ge=0)
-    # 0 = the model's max_position_embeddings.
-    max_model_len: int = Field(0, ge=0)
-    enable_prefix_caching: bool = True
-    # Warm prefixes: up to this many KV blocks of often-reused prefixes (system prompts, few-shot
-    # blocks) stay cached while one-off prompts churn the rest (engine/block_manager.py). Off by
-    # default: pinned blocks are taken from what other prefixes could have cached.
-    pinned_prefix_blocks: int = Field(0, ge=0)
-    enable_chunked_prefill: bool = True
-    # Engine threads; 0 = auto (leave the gateway a core: see blink.engine.async_engine.default_threads).
-    threads: int = Field(0, ge=0)
-    # OS niceness added to the engine-core process (0-19): the gateway preempts a forward pass
-    # on a shared core rather than waiting behind it (the gateway never waits behind model compute).
-    engine_nice: int = Field(0, ge=0, le=19)
-    # Load-time weight quantization of linear layers (CPU: int8 weight-only, per-channel scales).
-    # int8-dense-prefill also keeps the loaded weights for prefill (faster TTFT, more memory);
-    # int8-w8a8 runs prefill with int8 activations too (per-row scales; int8 memory only);
-    # fp8: e4m3 weights and per-token activations on CUDA GPUs with fp8 tensor cores.
-    # auto: the fastest mode whose quality was measured to hold, for this CPU and dtype
-    # (blink/engine/fast_defaults.py); none when dtype is float32 or the device a GPU.
-    quantization: Literal["auto", "none", "int8", "int8-dense-prefill", "int8-w8a8", "fp8"] = "auto"
-    # KV cache storage: "auto" (the model dtype), "fp8" (e4m3: half of bf16's bytes, twice the
-    # blocks for the same kv_cache_memory_bytes) or "int8" (per-row scales; 1.88x the blocks at
-    # head_dim 64); CPU, bf16/fp32 models. blink/engine/kv_cache_dtype.py.
-    kv_cache_dtype: Literal["auto", "fp8", "int8"] = "auto"
-    # Decode-only steps through a torch.compile'd forward, compiled at start-up (opt-in: "frozen"
-    # takes minutes to compile, "layers" seconds; blink/engine/compiled_decode.py).
-    compile: bool = False
-    compile_mode: Literal["frozen", "layers"] = "frozen"
-    # Decode and verification steps through the fused C++ step where the model is eligible (CPU
-    # with AVX-512, bf16, int8 weights, bf16 KV cache); off only for A/B comparisons.
-    fused_decode: bool = True
-    # Speculative decoding: n-gram prompt lookup, or a smaller draft model sharing the tokenizer.
-    speculative: Literal["none", "ngram", "draft"] = "none"
-    num_speculative_tokens: int = Field(5, ge=1, le=16)
-    speculative_draft_model: str | None = None
-    # Grammar library for structured outputs (response_format, guided_*, forced tool calls):
-    # llguidance's masks stay cheap on length-bounded strings where xgrammar's do not
-    # (benchmarks/RESULTS.md, structured outputs); EBNF grammars always use xgrammar.
-    structured_engine: Literal["llguidance", "xgrammar"] = "llguidance"
-    # embedded: how tool calls are read from the model's output; "auto" picks the format its chat
-    # template shows (<tool_call> -> hermes, [TOOL_CALLS] -> mistral, <|python_tag|> -> llama3_json).
-    tool_parser: ToolParserSetting = "auto"
-    # embedded: restart the engine core when it dies (blink/config/supervision.py).
-    supervision: SupervisionSettings = SupervisionSettings()
-    # openai_http: upstream base URL (".../v1"), API key from an env var, model id upstream.
-    base_url: str | None = None
-    api_key_env: str | None = None
-    upstream_model: str | None = None
-    connect_timeout_s: float = Field(5.0, gt=0)
-    read_timeout_s: float = Field(300.0, gt=0)
-    max_connections: int = Field(256, ge=1)
-    # openai_http: drop the least informative words of long context before it is sent, scored by
-    # an embedded model (blink/gateway/compression/); None = send every token.
-    compression: CompressionSettings | None = None
-    # openai_http: APIs besides chat/completions the upstream serves itself ("messages": Anthropic's
-    # /v1/messages, as vLLM and LiteLLM do; "responses": OpenAI's /v1/responses, as OpenAI and vLLM
-    # do); their requests pass through in that form instead of being translated to chat completions.
-    native_apis: list[Literal["messages", "responses"]] = Field(default_factory=list)
-    # openai_http: more replicas (static or DNS) and health checks; vllm: the local process.
-    discovery: DiscoverySettings = DiscoverySettings()
-    vllm: VllmSettings = VllmSettings()
-
-    @model_validator(mode="after")
-    def _fill_defaults(self) -> ModelSettings:
-        if self.kind == "embedded" and not self.model:
-            self.model = DEFAULT_EMBEDDED_MODEL
-        if self.kind == "openai_http" and not self.base_url:
-            raise ValueError("an openai_http model needs 'base_url'")
-        if self.compression is not None and self.kind != "openai_http":
-            raise ValueError("'compression' applies to openai_http models (the tiers billed per input token)")
-        if self.kind == "vllm" and not self.model:
-            raise ValueError("a vllm model needs 'model' (what `vllm serve` loads)")
-        if not self.name:
-            self.name = self.upstream_model or self.model or "default"
-        return self
 
 
 class AuthSettings(BaseModel):
@@ -361,7 +229,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_models(self) -> Settings:
         if not self.models:
-            self.models = [ModelSettings()]
+            self.models = [EmbeddedModel()]
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique, got {names}")
@@ -372,14 +240,10 @@ class Settings(BaseSettings):
             raise ValueError(f"voice.model {self.voice.model!r} is not one of {names}")
         embedded = {m.name for m in self.models if m.kind == "embedded"}
         for m in self.models:
-            if m.compression is not None and m.compression.scorer not in embedded:
+            if isinstance(m, OpenAIHTTPModel) and m.compression is not None and m.compression.scorer not in embedded:
                 raise ValueError(f"model {m.name!r}: compression.scorer {m.compression.scorer!r} is not an "
                                  f"embedded model of this server (one of {sorted(embedded)})")
         return self
-
-
-# Flags that edit the default model rather than the server.
-MODEL_FLAGS = frozenset(ModelSettings.model_fields)
 
 
 def load_settings(
@@ -408,9 +272,14 @@ def load_settings(
 def format_validation_error(exc: ValidationError) -> str:
     lines = ["invalid configuration:"]
     for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "(settings)"
+        field = ".".join(str(p) for p in _user_loc(err["loc"])) or "(settings)"
         lines.append(f"  {field}: {err['msg']}")
     return "\n".join(lines)
+
+
+def _user_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """``models.0.embedded.dtype`` -> ``models.0.dtype``: the union's tag is not a key anyone wrote."""
+    return tuple(p for i, p in enumerate(loc) if not (p in MODEL_KINDS and i > 0 and isinstance(loc[i - 1], int)))
 
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:
@@ -441,20 +310,23 @@ def _settings_with_yaml(yaml_data: dict[str, Any]) -> type[Settings]:
     return _Layered
 
 
+_MODEL: TypeAdapter[ModelSettings] = TypeAdapter(ModelSettings)
+
+
 def _apply_model_flags(settings: Settings, flags: dict[str, Any]) -> Settings:
     models = [m.model_dump() for m in settings.models]
     index = 0
     if settings.default_model is not None:
         index = next((i for i, m in enumerate(models) if m["name"] == settings.default_model), 0)
     target = models[index]
-    derived_name = target["name"] in (target["upstream_model"], target["model"], "default")
+    derived_name = target["name"] in (target.get("upstream_model"), target.get("model"), "default")
     if flags.get("kind", target["kind"]) != target["kind"]:
         # Switching kind (e.g. --upstream over the embedded default): start from that kind's defaults.
         target = {} if derived_name else {"name": target["name"]}
     if derived_name and "name" not in flags:
         target.pop("name", None)
     target.update(flags)
-    new_model = ModelSettings.model_validate(target)
+    new_model = _MODEL.validate_python(target)
     models[index] = new_model.model_dump()
     data = settings.model_dump()
     data["models"] = models

@@ -6,35 +6,35 @@ import pytest
 from pydantic import ValidationError
 
 from blink.backends.embedded import engine_config_from_settings, serving_choice
-from blink.config.settings import ModelSettings
+from blink.config.models import EmbeddedModel
 from blink.gateway.request_mapping import chat_request
 from blink.protocol.chat import ChatCompletionRequest
 
 
 def test_engine_config_gets_speculation_and_quantization() -> None:
-    ms = ModelSettings(
+    ms = EmbeddedModel(
         model="m", speculative="draft", speculative_draft_model="d", num_speculative_tokens=3, quantization="int8"
     )
     cfg = engine_config_from_settings(ms)
     assert (cfg.speculative, cfg.speculative_draft_model, cfg.num_speculative_tokens) == ("draft", "d", 3)
     assert cfg.quantization == "int8"
-    plain = engine_config_from_settings(ModelSettings(model="m"))
+    plain = engine_config_from_settings(EmbeddedModel(model="m"))
     # No quantization set: the fast default for this CPU (tests/engine/test_fast_defaults.py).
-    assert (plain.speculative, plain.quantization) == (None, serving_choice(ModelSettings(model="m")).quantization)
+    assert (plain.speculative, plain.quantization) == (None, serving_choice(EmbeddedModel(model="m")).quantization)
     assert (plain.compile, plain.compile_mode) == (False, "frozen")
-    compiled = engine_config_from_settings(ModelSettings(model="m", compile=True, compile_mode="layers"))
+    compiled = engine_config_from_settings(EmbeddedModel(model="m", compile=True, compile_mode="layers"))
     assert (compiled.compile, compiled.compile_mode) == (True, "layers")
     assert plain.fused_decode is True
-    assert engine_config_from_settings(ModelSettings(model="m", fused_decode=False)).fused_decode is False
+    assert engine_config_from_settings(EmbeddedModel(model="m", fused_decode=False)).fused_decode is False
 
 
 def test_unknown_values_are_config_errors() -> None:
     with pytest.raises(ValidationError):
-        ModelSettings(model="m", speculative="medusa")
+        EmbeddedModel(model="m", speculative="medusa")
     with pytest.raises(ValidationError):
-        ModelSettings(model="m", quantization="int4")
+        EmbeddedModel(model="m", quantization="int4")
     with pytest.raises(ValidationError):
-        ModelSettings(model="m", compile_mode="cudagraphs")
+        EmbeddedModel(model="m", compile_mode="cudagraphs")
 
 
 @pytest.mark.parametrize(("body", "expected"), [({}, True), ({"speculative": False}, False)])

@@ -20,7 +20,8 @@ import pytest
 from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
-from blink.config.settings import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.settings import ServerSettings, Settings
 from blink.config.supervision import SupervisionSettings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
@@ -34,7 +35,7 @@ _BACK_WITHIN_S = 60.0
 def _settings(model: Path, supervision: SupervisionSettings) -> Settings:
     return Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(model), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(model), dtype="float32", threads=1,
                               max_model_len=256, enable_prefix_caching=False, supervision=supervision)],
     )
 

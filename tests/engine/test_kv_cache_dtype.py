@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from blink.config.models import EmbeddedModel
 from blink.engine.config import EngineConfig
 from blink.engine.kv_cache_dtype import (
     FP8,
@@ -176,11 +177,10 @@ def test_engine_outputs_do_not_depend_on_batching_prefix_caching_or_preemption(t
 
 def test_kv_cache_dtype_travels_from_settings_to_the_engine_config() -> None:
     from blink.backends.embedded import engine_config_from_settings
-    from blink.config.settings import ModelSettings
 
     for kv in ("fp8", "int8"):
-        assert engine_config_from_settings(ModelSettings(model="m", kv_cache_dtype=kv)).kv_cache_dtype == kv
-    assert engine_config_from_settings(ModelSettings(model="m")).kv_cache_dtype == "auto"
+        assert engine_config_from_settings(EmbeddedModel(model="m", kv_cache_dtype=kv)).kv_cache_dtype == kv
+    assert engine_config_from_settings(EmbeddedModel(model="m")).kv_cache_dtype == "auto"
 
 
 def test_cli_rejects_an_unknown_kv_cache_dtype_before_starting() -> None:

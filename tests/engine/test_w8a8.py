@@ -210,13 +210,13 @@ def test_every_engine_mode_is_a_setting_and_travels_to_the_engine_config() -> No
     from pydantic import ValidationError
 
     from blink.backends.embedded import engine_config_from_settings
-    from blink.config.settings import ModelSettings
+    from blink.config.models import EmbeddedModel
     from blink.engine.layers.linear_int8 import QUANTIZATION_MODES
 
     # Every engine mode is a setting; "auto" is the settings' own, resolved to an engine mode for the CPU.
-    assert set(get_args(ModelSettings.model_fields["quantization"].annotation)) == {*QUANTIZATION_MODES, "auto"}
-    settings = ModelSettings(model="m", quantization="int8-w8a8")
+    assert set(get_args(EmbeddedModel.model_fields["quantization"].annotation)) == {*QUANTIZATION_MODES, "auto"}
+    settings = EmbeddedModel(model="m", quantization="int8-w8a8")
     assert engine_config_from_settings(settings).quantization == "int8-w8a8"
-    assert engine_config_from_settings(ModelSettings(model="m")).quantization in QUANTIZATION_MODES
+    assert engine_config_from_settings(EmbeddedModel(model="m")).quantization in QUANTIZATION_MODES
     with pytest.raises(ValidationError):
-        ModelSettings(model="m", quantization="w8a8")  # type: ignore[arg-type]
+        EmbeddedModel(model="m", quantization="w8a8")  # type: ignore[arg-type]

@@ -6,11 +6,12 @@ from typing import Any
 
 from upstream_server import FakeUpstream
 
-from blink.config.settings import ModelSettings, ServerSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import ServerSettings, Settings
 
 
 def gateway_settings(upstream: FakeUpstream, **server: Any) -> Settings:
     return Settings(
         server=ServerSettings(**server),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
     )

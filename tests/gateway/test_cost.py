@@ -15,14 +15,8 @@ from upstream_server import FakeUpstream
 
 from blink.backends.base import Usage
 from blink.config.batch import BatchSettings, CostSettings, ModelPrice
-from blink.config.settings import (
-    CacheSettings,
-    ExactCacheSettings,
-    ModelSettings,
-    ObsSettings,
-    ServerSettings,
-    Settings,
-)
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import CacheSettings, ExactCacheSettings, ObsSettings, ServerSettings, Settings
 from blink.gateway.cost import PriceTable
 from blink.gateway.cost_ledger import read_usage
 from blink.serve import build_app
@@ -43,7 +37,7 @@ def test_price_table_splits_cached_input() -> None:
 def _settings(upstream: FakeUpstream, tmp: Path, budget: float | None = None, cache: bool = False) -> Settings:
     return Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         cost=CostSettings(prices={"fake": PRICE}, path=str(tmp / "usage.db"),
                           budgets={} if budget is None else {"*": budget}),
         obs=ObsSettings(request_log=str(tmp / "requests.log")),

@@ -20,14 +20,8 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.backends.base import GenerationRequest, SamplingOptions
-from blink.config.settings import (
-    AuthSettings,
-    ModelSettings,
-    ObsSettings,
-    RateLimitSettings,
-    ServerSettings,
-    Settings,
-)
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import AuthSettings, ObsSettings, RateLimitSettings, ServerSettings, Settings
 from blink.gateway.auth import ApiKey, ApiKeyStore
 from blink.gateway.front import GatewayFront
 from blink.gateway.pipeline import Directives, GenerationPipeline
@@ -43,8 +37,8 @@ MSGS = [{"role": "user", "content": "hi"}]
 def _settings(upstream: FakeUpstream, tmp: Path) -> Settings:
     return Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30),
-                ModelSettings(name="other", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30),
+                OpenAIHTTPModel(name="other", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         auth=AuthSettings(enabled=True, keys_db=str(tmp / "keys.db")),
         obs=ObsSettings(request_log=str(tmp / "requests.log")),
     )

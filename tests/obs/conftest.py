@@ -9,7 +9,8 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config.settings import ModelSettings, ObsSettings, ServerSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import ObsSettings, ServerSettings, Settings
 from blink.obs.request_log import RequestLogger
 from blink.serve import build_app
 
@@ -31,7 +32,7 @@ def log_buffer() -> io.StringIO:
 def obs_gateway(obs_upstream: FakeUpstream, log_buffer: io.StringIO) -> Iterator[LiveServer]:
     settings = Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=obs_upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=obs_upstream.base_url, read_timeout_s=30)],
         obs=ObsSettings(request_log="off", log_prompts=True),
     )
     app = build_app(settings)

@@ -20,7 +20,8 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.config.batch import BatchSettings
-from blink.config.settings import AuthSettings, ModelSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import AuthSettings, Settings
 from blink.gateway.auth import SCOPE_ADMIN, ApiKeyStore
 from blink.serve import build_app
 
@@ -37,7 +38,7 @@ class Keys:
 def server(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Path]]:
     tmp = tmp_path_factory.mktemp("batch-access")
     settings = Settings(
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url)],
         auth=AuthSettings(enabled=True, keys_db=str(tmp / "keys.db")),
         batch=BatchSettings(path=str(tmp / "batch.db"), max_concurrency=4),
     )

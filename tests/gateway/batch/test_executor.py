@@ -21,7 +21,8 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.config.batch import BatchSettings, CostSettings, ModelPrice
-from blink.config.settings import AuthSettings, ModelSettings, RateLimitSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import AuthSettings, RateLimitSettings, Settings
 from blink.gateway.auth import ApiKey, ApiKeyStore
 from blink.gateway.batch.executor import PipelineLineExecutor
 from blink.gateway.front import GatewayFront
@@ -36,8 +37,8 @@ BLOCKED = "tell me about the forbidden fruit"
 
 def _settings(upstream: FakeUpstream, tmp: Path, budgets: dict[str, float] | None = None) -> Settings:
     return Settings(
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30),
-                ModelSettings(name="other", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30),
+                OpenAIHTTPModel(name="other", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         auth=AuthSettings(enabled=True, keys_db=str(tmp / "keys.db")),
         batch=BatchSettings(path=str(tmp / "batch.db"), max_concurrency=4),
         cost=CostSettings(prices={"fake": ModelPrice(input=1000, output=3000)},

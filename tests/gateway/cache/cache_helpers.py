@@ -12,14 +12,15 @@ from fastapi import FastAPI
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config.settings import CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import CacheSettings, ServerSettings, Settings
 from blink.serve import build_app
 
 
 def cache_settings(upstream: FakeUpstream, cache: dict[str, Any], **extra: Any) -> Settings:
     return Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         cache=CacheSettings.model_validate(cache),
         **extra,
     )

@@ -13,7 +13,8 @@ from cache_helpers import wait_entries
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config.settings import AuthSettings, CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import AuthSettings, CacheSettings, ServerSettings, Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 
@@ -37,7 +38,7 @@ def semantic(upstream: FakeUpstream, onnx_dir: Path, keys: tuple[Path, str, str]
     })
     settings = Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url)],
         auth=AuthSettings(enabled=True, keys_db=str(keys[0])),
         cache=cache,
     )

@@ -20,7 +20,8 @@ from fastapi import FastAPI
 from live_server import LiveServer
 from precompute_helpers import serving
 
-from blink.config.settings import CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.settings import CacheSettings, ServerSettings, Settings
 
 HOT = [{"role": "user", "content": "Tell me a long story about the sea."}]
 # Long enough that the user's request lands while the refresh is still generating.
@@ -31,7 +32,7 @@ JOB_TOKENS = 400
 def served(tiny_qwen2: Path) -> Iterator[tuple[LiveServer, FastAPI]]:
     settings = Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=512)],
         cache=CacheSettings.model_validate({
             "exact": {"enabled": True}, "store": "memory",
