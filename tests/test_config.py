@@ -55,7 +55,7 @@ default_model: big
     assert s.models[0].kv_cache_memory_bytes == 256 * 2**20
     # Model flags edit the default model.
     s = load_settings(cfg, model={"read_timeout_s": 9.0})
-    assert s.models[1].read_timeout_s == 9.0 and s.models[0].read_timeout_s == 300.0
+    assert s.models[1].read_timeout_s == 9.0 and not hasattr(s.models[0], "read_timeout_s")
     monkeypatch.setenv("BLINK_MODELS", '[{"name": "env-model", "kind": "openai_http", "base_url": "http://e/v1"}]')
     monkeypatch.setenv("BLINK_DEFAULT_MODEL", "env-model")
     s = load_settings(cfg)
@@ -124,3 +124,17 @@ def test_serve_fails_at_startup_naming_the_field(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "server.max_concurrent_streams" in proc.stderr
+
+
+def test_embedded_model_settings_are_the_engine_config_declared_once() -> None:
+    from blink.config.models import EmbeddedModel
+    from blink.engine.config import EngineConfig
+
+    assert issubclass(EmbeddedModel, EngineConfig)
+    for name, field in EngineConfig.model_fields.items():
+        if name != "model":  # required by the engine; the server's default model otherwise
+            assert EmbeddedModel.model_fields[name].default == field.default, name
+    (m,) = load_settings(model={"model": "/m", "max_batch_seqs": 0, "engine_nice": 5, "tool_parser": "hermes"}).models
+    engine = EngineConfig(**m.engine_fields())  # what the engine-core process is handed
+    assert (engine.model, engine.max_batch_seqs, engine.engine_nice) == ("/m", 0, 5)
+    assert not hasattr(engine, "tool_parser") and not hasattr(engine, "supervision")

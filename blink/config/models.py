@@ -24,11 +24,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from blink.byte_size import ByteSize
 from blink.config.compression import CompressionSettings
 from blink.config.discovery import DiscoverySettings, VllmSettings
 from blink.config.supervision import SupervisionSettings
-from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
+from blink.engine.config import EngineConfig
 
 DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -61,72 +60,15 @@ class _ModelBase(BaseModel):
         return data
 
 
-class EmbeddedModel(_ModelBase):
-    """A model run in-process by Blink's engine (blink/engine/)."""
+class EmbeddedModel(EngineConfig, _ModelBase):
+    """A model run in-process by Blink's engine: the engine's own settings (``EngineConfig``,
+    declared once in blink/engine/config.py) plus what the server adds around the engine."""
 
     kind: Literal["embedded"] = "embedded"
     # Hugging Face id, local folder or .gguf file.
     model: str = DEFAULT_EMBEDDED_MODEL
-    # auto: bfloat16 where the CPU has native bf16 (AVX512-BF16 or AMX), else the checkpoint's
-    # dtype (blink/engine/fast_defaults.py).
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "auto"
-    device: str = "cpu"
-    kv_cache_memory_bytes: ByteSize = 512 * 1024 * 1024
-    block_size: int = Field(16, ge=1)
-    max_num_seqs: int = Field(64, ge=1)
-    # The most of max_num_seqs one request's n choices may hold at once; the rest of its choices
-    # wait while other requests proceed (at least one sequence is always allowed).
-    max_seqs_per_request_share: float = Field(DEFAULT_MAX_SEQS_PER_REQUEST_SHARE, gt=0.0, le=1.0)
-    max_num_batched_tokens: int = Field(1024, ge=1)
-    # Batch-priority sequences running at once (0 = up to max_num_seqs). An interactive request
-    # waits at most one engine step, and a batch step's length grows with this: 2 (with
-    # max_batch_tokens 16) kept interactive p99 TTFT within 1.2x of the no-batch figure on one CPU
-    # core, 8/64 did not, at twice the batch throughput (benchmarks/RESULTS.md). Raise on GPUs.
-    max_batch_seqs: int = Field(2, ge=0)
-    # Tokens the batch lane may compute per step (0 = what the budget leaves): several batch
-    # prompts admitted together would otherwise make one long prefill step for a chat to wait on.
-    max_batch_tokens: int = Field(16, ge=0)
-    # 0 = the model's max_position_embeddings.
-    max_model_len: int = Field(0, ge=0)
-    enable_prefix_caching: bool = True
-    # Warm prefixes: up to this many KV blocks of often-reused prefixes (system prompts, few-shot
-    # blocks) stay cached while one-off prompts churn the rest (engine/block_manager.py). Off by
-    # default: pinned blocks are taken from what other prefixes could have cached.
-    pinned_prefix_blocks: int = Field(0, ge=0)
-    enable_chunked_prefill: bool = True
-    # Engine threads; 0 = auto (leave the gateway a core: see blink.engine.async_engine.default_threads).
-    threads: int = Field(0, ge=0)
-    # OS niceness added to the engine-core process (0-19): the gateway preempts a forward pass
-    # on a shared core rather than waiting behind it (the gateway never waits behind model compute).
-    engine_nice: int = Field(0, ge=0, le=19)
-    # Load-time weight quantization of linear layers (CPU: int8 weight-only, per-channel scales).
-    # int8-dense-prefill also keeps the loaded weights for prefill (faster TTFT, more memory);
-    # int8-w8a8 runs prefill with int8 activations too (per-row scales; int8 memory only);
-    # fp8: e4m3 weights and per-token activations on CUDA GPUs with fp8 tensor cores.
-    # auto: the fastest mode whose quality was measured to hold, for this CPU and dtype
-    # (blink/engine/fast_defaults.py); none when dtype is float32 or the device a GPU.
-    quantization: Literal["auto", "none", "int8", "int8-dense-prefill", "int8-w8a8", "fp8"] = "auto"
-    # KV cache storage: "auto" (the model dtype), "fp8" (e4m3: half of bf16's bytes, twice the
-    # blocks for the same kv_cache_memory_bytes) or "int8" (per-row scales; 1.88x the blocks at
-    # head_dim 64); CPU, bf16/fp32 models. blink/engine/kv_cache_dtype.py.
-    kv_cache_dtype: Literal["auto", "fp8", "int8"] = "auto"
-    # Decode-only steps through a torch.compile'd forward, compiled at start-up (opt-in: "frozen"
-    # takes minutes to compile, "layers" seconds; blink/engine/compiled_decode.py).
-    compile: bool = False
-    compile_mode: Literal["frozen", "layers"] = "frozen"
-    # Decode and verification steps through the fused C++ step where the model is eligible (CPU
-    # with AVX-512, bf16, int8 weights, bf16 KV cache); off only for A/B comparisons.
-    fused_decode: bool = True
-    # Speculative decoding: n-gram prompt lookup, or a smaller draft model sharing the tokenizer.
-    speculative: Literal["none", "ngram", "draft"] = "none"
-    num_speculative_tokens: int = Field(5, ge=1, le=16)
-    speculative_draft_model: str | None = None
-    # Grammar library for structured outputs (response_format, guided_*, forced tool calls):
-    # llguidance's masks stay cheap on length-bounded strings where xgrammar's do not
-    # (benchmarks/RESULTS.md, structured outputs); EBNF grammars always use xgrammar.
-    structured_engine: Literal["llguidance", "xgrammar"] = "llguidance"
-    # How tool calls are read from the model's output; "auto" picks the format its chat
-    # template shows (<tool_call> -> hermes, [TOOL_CALLS] -> mistral, <|python_tag|> -> llama3_json).
+    # How tool calls are read from the model's output; "auto" picks the format its chat template
+    # shows (<tool_call> -> hermes, [TOOL_CALLS] -> mistral, <|python_tag|> -> llama3_json).
     tool_parser: ToolParserSetting = "auto"
     # Restart the engine core when it dies (blink/config/supervision.py).
     supervision: SupervisionSettings = SupervisionSettings()

@@ -279,7 +279,7 @@ def format_validation_error(exc: ValidationError) -> str:
 
 def _user_loc(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
     """``models.0.embedded.dtype`` -> ``models.0.dtype``: the union's tag is not a key anyone wrote."""
-    return tuple(p for i, p in enumerate(loc) if not (p in MODEL_KINDS and i > 0 and isinstance(loc[i - 1], int)))
+    return tuple(p for i, p in enumerate(loc) if not (p in MODEL_KINDS and (i == 0 or isinstance(loc[i - 1], int))))
 
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:

@@ -108,12 +108,13 @@ class ModelRunner:
         self.prefill_kernel = False
         self._fused: FusedDecode | None = None
         self._decode_graph: CompiledDecode | None = None
-        self.quantization = config.quantization
+        # "auto" unresolved (an engine built directly, not by the server): no quantization.
+        self.quantization = "none" if config.quantization == "auto" else config.quantization
         # W8A8 smooths its activations with ranges measured on the unquantized model (one
         # calibration forward, layers/smoothing.py); without calibration tokens it runs unsmoothed.
         ranges = self._input_ranges(calibration) if calibration and self._w8a8_runs_here() else None
         self.smoothed_w8a8 = ranges is not None
-        quantize_model(model, config.quantization, ranges)
+        quantize_model(model, self.quantization, ranges)
         # bf16 on the CPU: weights packed once for oneDNN (no per-call re-blocking); a no-op
         # otherwise. After quantization, so int8 layers are left as they are.
         prepack_model(model)

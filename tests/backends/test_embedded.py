@@ -174,12 +174,11 @@ async def test_an_n_request_alone_runs_its_choices_together(tiny_qwen2: Path) ->
 def test_the_request_share_setting_is_declared_once() -> None:
     from pydantic import ValidationError
 
-    from blink.backends.embedded import engine_config_from_settings
     from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
 
     assert EmbeddedModel().max_seqs_per_request_share == DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
     assert EngineConfig(model="m").max_seqs_per_request_share == DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
-    cfg = engine_config_from_settings(EmbeddedModel(max_seqs_per_request_share=0.5))
+    cfg = _engine_config(EmbeddedModel(max_seqs_per_request_share=0.5))
     assert cfg.max_seqs_per_request_share == 0.5
     for bad in (0.0, 1.5):
         with pytest.raises(ValidationError):
@@ -213,8 +212,14 @@ def test_serving_with_no_flags_prints_and_runs_the_fast_defaults(tiny_qwen2: Pat
 
 
 def test_explicit_settings_reach_the_engine_unchanged(tiny_qwen2: Path) -> None:
-    from blink.backends.embedded import engine_config_from_settings
 
     ms = EmbeddedModel(name="tiny", model=str(tiny_qwen2), dtype="float32", quantization="none", threads=1)
-    config = engine_config_from_settings(ms)
+    config = _engine_config(ms)
     assert (config.dtype, config.quantization, config.threads) == ("float32", "none", 1)
+
+
+def _engine_config(ms: EmbeddedModel) -> EngineConfig:
+    """What the embedded backend hands the engine for ``ms`` (its "auto" settings resolved)."""
+    from blink.backends.embedded import serving_choice
+
+    return serving_choice(ms).apply(ms)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from blink.config.models import EmbeddedModel
 from blink.engine.config import EngineConfig
 from blink.engine.kernels import w8a8
 from blink.engine.kernels.decode_step import fused_decode_available
@@ -209,14 +210,20 @@ def test_every_engine_mode_is_a_setting_and_travels_to_the_engine_config() -> No
 
     from pydantic import ValidationError
 
-    from blink.backends.embedded import engine_config_from_settings
     from blink.config.models import EmbeddedModel
     from blink.engine.layers.linear_int8 import QUANTIZATION_MODES
 
     # Every engine mode is a setting; "auto" is the settings' own, resolved to an engine mode for the CPU.
     assert set(get_args(EmbeddedModel.model_fields["quantization"].annotation)) == {*QUANTIZATION_MODES, "auto"}
     settings = EmbeddedModel(model="m", quantization="int8-w8a8")
-    assert engine_config_from_settings(settings).quantization == "int8-w8a8"
-    assert engine_config_from_settings(EmbeddedModel(model="m")).quantization in QUANTIZATION_MODES
+    assert _engine_config(settings).quantization == "int8-w8a8"
+    assert _engine_config(EmbeddedModel(model="m")).quantization in QUANTIZATION_MODES
     with pytest.raises(ValidationError):
         EmbeddedModel(model="m", quantization="w8a8")  # type: ignore[arg-type]
+
+
+def _engine_config(ms: EmbeddedModel) -> EngineConfig:
+    """What the embedded backend hands the engine for ``ms`` (its "auto" settings resolved)."""
+    from blink.backends.embedded import serving_choice
+
+    return serving_choice(ms).apply(ms)
