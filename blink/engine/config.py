@@ -86,6 +86,16 @@ class EngineConfig(BaseModel):
     # cache) run as one C++ call (kernels/decode_step.py), ahead of the compiled graph; off only
     # for A/B comparisons.
     fused_decode: bool = True
+    # The other hand-written CPU kernels, each used where it builds and applies; off only for A/B
+    # comparisons and fallback tests (env overrides: blink/engine/kernels/switches.py).
+    # int8 decode rows through Blink's AVX-512 GEMV (off: aten's int8 matmul).
+    int8_kernel: bool = True
+    # int8-w8a8 prefill through the W8A8 kernels (off: int8-w8a8 runs as int8).
+    w8a8_kernel: bool = True
+    # Paged decode attention (and bf16 prefill attention) kernels (off: gather + torch's SDPA).
+    decode_attention_kernel: bool = True
+    # Fused residual-add + RMSNorm and SiLU-and-multiply for bf16 rows (off: aten's ops).
+    prefill_ops: bool = True
     # Causal attention of fresh bf16 prefill chunks: "auto" (by CPU class: torch's SDPA on AMX
     # CPUs, Blink's AVX-512 kernel elsewhere; attention_dispatch.py), "kernel", "sdpa".
     prefill_attention: Literal["auto", "kernel", "sdpa"] = "auto"
