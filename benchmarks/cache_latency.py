@@ -55,8 +55,8 @@ import psutil
 import uvloop
 from _proc import free_port, wait_ready
 
-from blink.config.safety import BatchingSettings
-from blink.config.settings import CacheSettings
+from blink.config.gateway import CacheSettings
+from blink.config.model_server import BatchingSettings
 from blink.gateway.cache import keys
 from blink.gateway.cache.entry import CachedChoice, CachedResponse
 from blink.gateway.cache.guard import same_answer

@@ -10,7 +10,8 @@ import openai
 from live_server import LiveServer
 
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 FULL = "".join(f" t{k}" for k in range(8))

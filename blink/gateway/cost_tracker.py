@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from fastapi import APIRouter
 
 from blink.backends.base import Usage
-from blink.config.batch import CostSettings
+from blink.config.cost import CostSettings
 from blink.gateway.cost import BudgetExceededError, PriceTable, format_usd
 from blink.gateway.cost_ledger import SpendLedger, UsageRow
 from blink.obs import annotate

@@ -9,8 +9,9 @@ since they only compare Blink's vectors with Blink's vectors.
 
 from __future__ import annotations
 
-from blink.config.safety import BatchingSettings
-from blink.config.settings import SemanticCacheSettings, Settings
+from blink.config.gateway import SemanticCacheSettings
+from blink.config.model_server import BatchingSettings
+from blink.config.settings import Settings
 from blink.modelserver.batcher import BatchConfig
 from blink.modelserver.server import ModelServer
 

@@ -21,7 +21,8 @@ import pytest
 from live_server import LiveServer
 
 from blink.config.models import EmbeddedModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 

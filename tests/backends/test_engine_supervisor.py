@@ -21,7 +21,8 @@ from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
 from blink.config.models import EmbeddedModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.config.supervision import SupervisionSettings
 from blink.gateway.app import create_app
 from blink.serve import build_registry

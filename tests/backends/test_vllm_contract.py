@@ -32,7 +32,8 @@ from servers import free_port
 from vllm_format_server import CONTEXT, MODEL, VllmFormatServer
 
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 MSGS = [{"role": "user", "content": "What colour is the sky?"}]

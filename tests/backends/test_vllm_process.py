@@ -27,9 +27,10 @@ from real_vllm import READY_TIMEOUT_S, build_checkpoint, remove_omp_leftovers, v
 from servers import free_port
 
 from blink.backends.vllm_process import VllmProcessBackend, vllm_command
-from blink.config.discovery import VllmSettings
 from blink.config.models import VllmModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
+from blink.config.vllm import VllmSettings
 from blink.serve import build_app
 
 FAKE_DIR = Path(__file__).parent / "fake_vllm"

@@ -7,7 +7,8 @@ from typing import Any
 from upstream_server import FakeUpstream
 
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 
 
 def gateway_settings(upstream: FakeUpstream, **server: Any) -> Settings:

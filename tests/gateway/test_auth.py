@@ -11,8 +11,10 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
+from blink.config.gateway import AuthSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import AuthSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 

@@ -16,8 +16,10 @@ from typer.testing import CliRunner
 from upstream_server import FakeUpstream
 
 from blink.cli import app as cli_app
+from blink.config.gateway import AuthSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import AuthSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth_postgres import PostgresKeyStore
 from blink.protocol.errors import BackendUnavailableError
 from blink.serve import build_app

@@ -14,9 +14,12 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.backends.base import Usage
-from blink.config.batch import BatchSettings, CostSettings, ModelPrice
+from blink.config.batch import BatchSettings
+from blink.config.cost import CostSettings, ModelPrice
+from blink.config.gateway import CacheSettings, ExactCacheSettings, ObsSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import CacheSettings, ExactCacheSettings, ObsSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.cost import PriceTable
 from blink.gateway.cost_ledger import read_usage
 from blink.serve import build_app

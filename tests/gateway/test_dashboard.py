@@ -23,7 +23,7 @@ from live_server import LiveServer
 from system_tools import require
 from upstream_server import FakeUpstream
 
-from blink.config.settings import AuthSettings
+from blink.config.gateway import AuthSettings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 

@@ -20,8 +20,10 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.backends.base import GenerationRequest, SamplingOptions
+from blink.config.gateway import AuthSettings, ObsSettings, RateLimitSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import AuthSettings, ObsSettings, RateLimitSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKey, ApiKeyStore
 from blink.gateway.front import GatewayFront
 from blink.gateway.pipeline import Directives, GenerationPipeline

@@ -14,7 +14,7 @@ from gateway_helpers import gateway_settings
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config.settings import CacheSettings, ExactCacheSettings
+from blink.config.gateway import CacheSettings, ExactCacheSettings
 from blink.gateway.http_protocol import CoalescingHttpToolsProtocol
 from blink.serve import build_app
 

@@ -16,8 +16,10 @@ from live_server import LiveServer
 from servers import RedisServer, free_port
 from upstream_server import FakeUpstream
 
+from blink.config.gateway import AuthSettings, ModelRateLimit, RateLimitSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import AuthSettings, ModelRateLimit, RateLimitSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.gateway.ratelimit import RateLimiter
 from blink.protocol.errors import RateLimitError

@@ -20,8 +20,10 @@ from fault_upstream import FaultUpstream
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
+from blink.config.gateway import AuthSettings, CacheSettings, ExactCacheSettings
 from blink.config.models import EmbeddedModel, OpenAIHTTPModel
-from blink.config.settings import AuthSettings, CacheSettings, ExactCacheSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 

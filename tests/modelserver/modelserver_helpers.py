@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from blink.config.model_server import ModelServerSettings, ServedModelSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.safety import ModelServerSettings, ServedModelSettings
 from blink.config.settings import Settings
 
 LABELS = ["safe", "toxic", "spam"]

@@ -9,8 +9,10 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
+from blink.config.gateway import ObsSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import ObsSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.obs.request_log import RequestLogger
 from blink.serve import build_app
 

@@ -14,8 +14,9 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
+from blink.config.gateway import CacheSettings, ExactCacheSettings, ObsSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import CacheSettings, ExactCacheSettings, ObsSettings, Settings
+from blink.config.settings import Settings
 from blink.obs.request_log import RequestLogger
 from blink.serve import build_app
 

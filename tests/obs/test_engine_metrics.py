@@ -12,8 +12,10 @@ import pytest
 from live_server import LiveServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from blink.config.gateway import ObsSettings
 from blink.config.models import EmbeddedModel
-from blink.config.settings import ObsSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 MODEL = "tiny"

@@ -11,8 +11,9 @@ from live_server import LiveServer
 from otlp_receiver import OTLPReceiver, attrs
 from upstream_server import FakeUpstream
 
+from blink.config.gateway import ObsSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import ObsSettings, Settings
+from blink.config.settings import Settings
 from blink.obs.observer import Observability
 from blink.obs.setup import build_observability
 from blink.serve import build_app

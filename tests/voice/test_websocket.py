@@ -22,8 +22,9 @@ from websockets.exceptions import ConnectionClosed
 
 from blink.backends.base import Backend
 from blink.cli import app as cli_app
+from blink.config.gateway import AuthSettings
 from blink.config.models import EmbeddedModel, OpenAIHTTPModel
-from blink.config.settings import AuthSettings, Settings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 

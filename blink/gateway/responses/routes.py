@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
 from blink.config.responses import ResponsesSettings
-from blink.config.settings import ServerSettings
+from blink.config.server import ServerSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey
 from blink.gateway.batch.access import Caller, caller_of
 from blink.gateway.cache.entry import CachedResponse

@@ -20,8 +20,9 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.config.batch import BatchSettings
+from blink.config.gateway import AuthSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import AuthSettings, Settings
+from blink.config.settings import Settings
 from blink.gateway.auth import SCOPE_ADMIN, ApiKeyStore
 from blink.serve import build_app
 

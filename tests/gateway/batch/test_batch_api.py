@@ -17,7 +17,8 @@ from live_server import LiveServer
 
 from blink.config.batch import BatchSettings
 from blink.config.models import EmbeddedModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from upstream_server import FakeUpstream
 
 from blink.cli import app
-from blink.config.batch import BatchSettings, CostSettings, ModelPrice
+from blink.config.batch import BatchSettings
+from blink.config.cost import CostSettings, ModelPrice
 from blink.config.models import OpenAIHTTPModel
 from blink.config.settings import Settings
 from blink.serve import build_app

@@ -20,9 +20,11 @@ from batch_helpers import chat_line, jsonl, read_jsonl, wait_batch
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config.batch import BatchSettings, CostSettings, ModelPrice
+from blink.config.batch import BatchSettings
+from blink.config.cost import CostSettings, ModelPrice
+from blink.config.gateway import AuthSettings, RateLimitSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import AuthSettings, RateLimitSettings, Settings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKey, ApiKeyStore
 from blink.gateway.batch.executor import PipelineLineExecutor
 from blink.gateway.front import GatewayFront

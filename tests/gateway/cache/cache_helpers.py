@@ -12,8 +12,10 @@ from fastapi import FastAPI
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
+from blink.config.gateway import CacheSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import CacheSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 

@@ -13,8 +13,10 @@ from cache_helpers import wait_entries
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
+from blink.config.gateway import AuthSettings, CacheSettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import AuthSettings, CacheSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 

@@ -13,10 +13,11 @@ from live_server import LiveServer
 from pydantic import ValidationError
 from upstream_server import FakeUpstream
 
-from blink.config.batch import CostSettings, ModelPrice
 from blink.config.compression import CompressionSettings
+from blink.config.cost import CostSettings, ModelPrice
 from blink.config.models import EmbeddedModel, OpenAIHTTPModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 DOCUMENT = (

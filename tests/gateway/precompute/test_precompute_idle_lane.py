@@ -20,8 +20,10 @@ from fastapi import FastAPI
 from live_server import LiveServer
 from precompute_helpers import serving
 
+from blink.config.gateway import CacheSettings
 from blink.config.models import EmbeddedModel
-from blink.config.settings import CacheSettings, ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 
 HOT = [{"role": "user", "content": "Tell me a long story about the sea."}]
 # Long enough that the user's request lands while the refresh is still generating.

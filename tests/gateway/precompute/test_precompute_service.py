@@ -16,7 +16,8 @@ from live_server import LiveServer
 from precompute_helpers import serving, upstream_settings
 from upstream_server import FakeUpstream
 
-from blink.config.settings import AuthSettings, ServerSettings
+from blink.config.gateway import AuthSettings
+from blink.config.server import ServerSettings
 from blink.gateway.auth import ApiKeyStore
 
 SYSTEM = {"role": "system", "content": "You are the support agent of a broadband provider."}

@@ -22,9 +22,10 @@ from openai.types.responses.response_item_list import ResponseItemList
 from pydantic import TypeAdapter
 from upstream_server import FakeUpstream
 
+from blink.config.gateway import AuthSettings, CacheSettings, ExactCacheSettings
 from blink.config.models import OpenAIHTTPModel
 from blink.config.responses import ResponsesSettings
-from blink.config.settings import AuthSettings, CacheSettings, ExactCacheSettings, Settings
+from blink.config.settings import Settings
 from blink.gateway.auth import SCOPE_ADMIN, ApiKeyStore
 from blink.gateway.responses.items import MAX_INPUT_ITEMS
 from blink.serve import build_app

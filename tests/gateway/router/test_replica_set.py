@@ -15,7 +15,8 @@ from upstream_server import FakeUpstream
 
 from blink.config.discovery import DiscoverySettings
 from blink.config.models import OpenAIHTTPModel
-from blink.config.settings import ServerSettings, Settings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.router.discovery import DnsSource, StaticSource
 from blink.gateway.router.replica_set import ReplicaSetBackend
 from blink.serve import build_app
