@@ -55,7 +55,8 @@ import psutil
 import uvloop
 from _proc import free_port, wait_ready
 
-from blink.config import CacheSettings
+from blink.config.gateway import CacheSettings
+from blink.config.model_server import BatchingSettings
 from blink.gateway.cache import keys
 from blink.gateway.cache.entry import CachedChoice, CachedResponse
 from blink.gateway.cache.guard import same_answer
@@ -69,7 +70,6 @@ from blink.modelserver.clients import EncoderClient
 from blink.modelserver.encoder import OnnxEncoder
 from blink.modelserver.server import ModelServer
 from blink.protocol.chat import ChatCompletionRequest
-from blink.safety_config import BatchingSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "semantic-cache" / "pairs-dev.jsonl"

@@ -46,7 +46,7 @@ import orjson
 import yaml
 from _proc import cpu_seconds, free_port, pct, pinned, split_cores, stop, wait_ready
 
-from blink.config import SemanticCacheSettings
+from blink.config.gateway import SemanticCacheSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 SENTENCES = [

@@ -20,14 +20,13 @@ With ``--ab-fused`` (and ``--quantization int8``) it compares, per cache dtype, 
 step with the eager per-layer path instead.
 ``--ab-prefill-ops ROUNDS`` (``--dtype bfloat16``, any ``--quantization``) compares the fused bf16
 elementwise ops (blink/engine/kernels/prefill_ops.cpp: residual + RMSNorm, silu * up) with aten's
-on one engine, toggled by BLINK_PREFILL_OPS and alternated (TTFT, 16-stream and batch-1 tok/s).
+on one engine, toggled (the layers' ``fused_ops``) and alternated (TTFT, 16-stream and batch-1 tok/s).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import tempfile
@@ -209,7 +208,7 @@ def ab_kernels(path: Path, dtype: str, threads: int, lengths: list[int], streams
 def ab_prefill_ops(path: Path, dtype: str, threads: int, lengths: list[int], streams: int, stream_tokens: int,
                    decode_tokens: int, rounds: int, quantization: str) -> None:
     """The fused bf16 elementwise ops (kernels/prefill_ops.py: RMSNorm + residual, silu * up) vs
-    aten's, toggled on one engine by their env switch (read per call) and alternated."""
+    aten's, toggled on one engine (its layers' ``fused_ops``, what ``prefill_ops: false`` sets) and alternated."""
     from blink.engine.kernels import prefill_ops
 
     if dtype != "bfloat16" or not prefill_ops.prefill_ops_available():
@@ -219,12 +218,18 @@ def ab_prefill_ops(path: Path, dtype: str, threads: int, lengths: list[int], str
                enable_prefix_caching=False, quantization=quantization)
     eng = LLMEngine(EngineConfig(**cfg), path)  # type: ignore[arg-type]
     figures: dict[str, dict[str, list[float]]] = {"fused": {}, "aten": {}}
+
+    def use(name: str) -> None:
+        for module in eng.runner.model.modules():
+            if hasattr(module, "fused_ops"):
+                module.fused_ops = name == "fused"
+
     for name in figures:
-        os.environ[prefill_ops.ENV_SWITCH] = "on" if name == "fused" else "aten"
+        use(name)
         blink_ttft(eng, rand_prompt(16, 99), f"warm-{name}")
     for r in range(rounds):
         for name in ("fused", "aten") if r % 2 == 0 else ("aten", "fused"):
-            os.environ[prefill_ops.ENV_SWITCH] = "on" if name == "fused" else "aten"
+            use(name)
             for n in lengths:
                 figures[name].setdefault(f"TTFT ms @ {n}", []).append(
                     blink_ttft(eng, rand_prompt(n, 1000 * n + r), f"{name}{r}-{n}"))
@@ -232,7 +237,6 @@ def ab_prefill_ops(path: Path, dtype: str, threads: int, lengths: list[int], str
                 streams_tok_s(eng, streams, stream_tokens, f"{name}{r}"))
             figures[name].setdefault("batch-1 decode tok/s", []).append(
                 batch1_decode_tok_s(eng, decode_tokens, f"{name}{r}"))
-    os.environ.pop(prefill_ops.ENV_SWITCH)
     print_ab(f"fused bf16 elementwise ops vs aten, {rounds} alternating rounds, threads={threads}, "
              f"quantization={quantization}", "fused", "aten", figures)
 

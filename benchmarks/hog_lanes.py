@@ -26,8 +26,8 @@ HONEST_CLIENTS = 8
 async def measure(seconds: float) -> collections.Counter[tuple[int, int]]:
     sys.path.insert(0, str(ROOT))
     from blink.backends.base import GenerationRequest, SamplingOptions
-    from blink.backends.embedded import EmbeddedBackend, engine_config_from_settings
-    from blink.config import ModelSettings
+    from blink.backends.embedded import EmbeddedBackend, serving_choice
+    from blink.config.models import EmbeddedModel
     from blink.demo.tiny import demo_model_dir
 
     def chat(rid: str, content: str, **opts: object) -> GenerationRequest:
@@ -35,7 +35,8 @@ async def measure(seconds: float) -> collections.Counter[tuple[int, int]]:
                                  options=SamplingOptions(**opts),  # type: ignore[arg-type]
                                  messages=[{"role": "user", "content": content}])
 
-    backend = EmbeddedBackend("m", engine_config_from_settings(ModelSettings(model=str(demo_model_dir()))))
+    model = EmbeddedModel(model=str(demo_model_dir()))
+    backend = EmbeddedBackend("m", serving_choice(model).apply(model))
     await backend.start()
     seen: collections.Counter[tuple[int, int]] = collections.Counter()
     running = True

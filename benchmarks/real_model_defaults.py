@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from blink.backends.embedded import serving_choice  # noqa: E402
-from blink.config import ModelSettings  # noqa: E402
+from blink.config.models import EmbeddedModel  # noqa: E402
 from blink.demo.default_model import fetch_smollm2  # noqa: E402
 from blink.engine.config import EngineConfig  # noqa: E402
 from blink.engine.cpu_features import read_cpu_features  # noqa: E402
@@ -75,7 +75,7 @@ def main() -> None:
     if args.quick:
         args.lengths, args.decode_tokens, args.reps, args.stream_tokens = "256", 16, 1, 8
     path = fetch_smollm2()
-    default = serving_choice(ModelSettings(model=str(path)))
+    default = serving_choice(EmbeddedModel(model=str(path)))
     configs = {
         f"defaults ({default.dtype}, {default.quantization}, {default.threads} thr)":
             (default.dtype, default.quantization, default.threads),

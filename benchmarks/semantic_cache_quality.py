@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from blink.backends.base import GenerationRequest, SamplingOptions
-from blink.config import SemanticCacheSettings
+from blink.config.gateway import SemanticCacheSettings
 from blink.engine.cpu_features import read_cpu_features
 from blink.gateway.cache import guard, keys, lexicon, synonyms
 from blink.gateway.cache.embedder import OnnxEmbedder

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 import typer
 
 from blink.bench.command import bench
-from blink.config import DEFAULT_EMBEDDED_MODEL, ConfigError, load_settings
+from blink.config.models import DEFAULT_EMBEDDED_MODEL
+from blink.config.settings import ConfigError, load_settings
 from blink.engine_serve import engine_app
 from blink.gateway.batch.cli import batch_app
 from blink.gateway.cli_cache import cache_app

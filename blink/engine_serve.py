@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from blink.config import ConfigError, Settings, load_settings
+from blink.config.settings import ConfigError, Settings, load_settings
 
 engine_app = typer.Typer(help="Run the embedded engine as a standalone model server.", no_args_is_help=True)
 

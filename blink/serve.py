@@ -11,7 +11,15 @@ from blink.backends.base import Backend
 from blink.backends.layered import LayeredServer
 from blink.backends.openai_http import OpenAIHTTPBackend
 from blink.backends.registry import BackendRegistry
-from blink.config import DEFAULT_EMBEDDED_MODEL, ModelSettings, Settings
+from blink.config.models import (
+    DEFAULT_EMBEDDED_MODEL,
+    EmbeddedModel,
+    ModelSettings,
+    OpenAIHTTPModel,
+    VllmModel,
+)
+from blink.config.routing import ClassifierSettings
+from blink.config.settings import Settings
 from blink.gateway.app import AppService, create_app
 from blink.gateway.batch.executor import PipelineLineExecutor
 from blink.gateway.compression.metrics import CompressionCollector
@@ -34,7 +42,6 @@ from blink.modelserver.clients import EncoderClient
 from blink.modelserver.metrics import ModelServerCollector
 from blink.modelserver.server import ModelServer
 from blink.obs.metrics import GatewayMetrics
-from blink.routing_config import ClassifierSettings
 from blink.voice_gateway import VoiceService
 
 if TYPE_CHECKING:
@@ -46,21 +53,21 @@ class EmbeddedBackendMissingError(RuntimeError):
 
 
 def build_backend(model: ModelSettings) -> Backend:
-    if model.kind == "openai_http" and (model.discovery.pooled or (model.base_url or "").startswith("dns://")):
-        return build_replica_set(model)
-    if model.kind == "vllm":
+    if isinstance(model, OpenAIHTTPModel):
+        if model.discovery.pooled or model.base_url.startswith("dns://"):
+            return build_replica_set(model)
+        return _openai_http(model, model.base_url)
+    if isinstance(model, VllmModel):
         from blink.backends.vllm_process import VllmProcessBackend
 
-        return VllmProcessBackend(model.name, model.model or "", model.vllm, _openai_http(model, model.vllm.base_url))
-    if model.kind == "openai_http":
-        return _openai_http(model)
+        return VllmProcessBackend(model.name, model.model, model.vllm, _openai_http(model, model.vllm.base_url))
     return _embedded(model)
 
 
-def _openai_http(model: ModelSettings, base_url: str | None = None, name: str | None = None) -> OpenAIHTTPBackend:
+def _openai_http(model: OpenAIHTTPModel | VllmModel, base_url: str, name: str | None = None) -> OpenAIHTTPBackend:
     return OpenAIHTTPBackend(
         name or model.name,
-        base_url or model.base_url or "",
+        base_url,
         api_key_env=model.api_key_env,
         upstream_model=model.upstream_model,
         connect_timeout_s=model.connect_timeout_s,
@@ -70,18 +77,18 @@ def _openai_http(model: ModelSettings, base_url: str | None = None, name: str | 
     )
 
 
-def build_replica_set(model: ModelSettings) -> Backend:
+def build_replica_set(model: OpenAIHTTPModel) -> Backend:
     """An openai_http model with several replicas: a static list, or DNS (a headless Service)."""
     from blink.gateway.router.discovery import DnsSource, ReplicaSource, StaticSource
     from blink.gateway.router.replica_set import ReplicaSetBackend
 
-    base = model.base_url or ""
+    base = model.base_url
     dns = model.discovery.mode == "dns" or base.startswith("dns://")
     source: ReplicaSource = DnsSource(base) if dns else StaticSource([base, *model.discovery.replicas])
     return ReplicaSetBackend(model.name, source, lambda name, url: _openai_http(model, url, name), model.discovery)
 
 
-def _embedded(model: ModelSettings) -> Backend:
+def _embedded(model: EmbeddedModel) -> Backend:
     # Imported lazily: the engine (and torch) load only when an embedded model is configured.
     try:
         embedded = importlib.import_module("blink.backends.embedded")
@@ -99,7 +106,7 @@ def model_fallback(model: ModelSettings) -> Callable[[], FallbackModel] | None:
     point (``blink serve``, ``blink engine serve``, a config file, the voice agent's and the
     dashboard's default model) goes through. Only the default model falls back (to SmolLM2 from
     PyPI, else the random demo model); a model the user named fails loudly."""
-    if model.kind != "embedded" or model.model != DEFAULT_EMBEDDED_MODEL:
+    if not isinstance(model, EmbeddedModel) or model.model != DEFAULT_EMBEDDED_MODEL:
         return None
     from blink.demo.default_model import default_model_fallback
 
@@ -116,7 +123,7 @@ def build_registry(settings: Settings, encoder: EncoderClient | None = None) -> 
     backends: dict[str, Backend] = {}
     for model in settings.models:
         backend = build_backend(model)
-        if model.compression is not None:
+        if isinstance(model, OpenAIHTTPModel) and model.compression is not None:
             backend = LayeredServer(backend, Compressor(model.compression, registry.resolve))
         backends[model.name] = backend
         registry.add(model.name, backend)
@@ -132,7 +139,7 @@ def register_router_metrics(app: GatewayApp, settings: Settings) -> None:
         routed = [cast(RoutedBackend, app.state.registry.resolve(r.name)) for r in settings.routes]
         app.state.metrics.registry.register(RouterCollector(routed))
     compressing = [(m.name, cast(LayeredServer[Compressor], app.state.registry.resolve(m.name)).middleware.stats)
-                   for m in settings.models if m.compression is not None]
+                   for m in settings.models if isinstance(m, OpenAIHTTPModel) and m.compression is not None]
     if compressing:
         app.state.metrics.registry.register(CompressionCollector(compressing))
 

@@ -27,12 +27,12 @@ from starlette.websockets import WebSocket
 
 from blink.backends.base import Delta, GenerationRequest, StreamSource
 from blink.backends.registry import BackendRegistry
+from blink.config.voice import VoiceSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, KeyStore
 from blink.gateway.dispatch import Routes
 from blink.gateway.front import GatewayFront
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.protocol.errors import AuthenticationError
-from blink.voice_config import VoiceSettings
 
 if TYPE_CHECKING:
     from blink.voice.websocket import VoiceSessions

@@ -9,7 +9,9 @@ from typing import Any
 import openai
 from live_server import LiveServer
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 FULL = "".join(f" t{k}" for k in range(8))
@@ -18,7 +20,7 @@ FULL = "".join(f" t{k}" for k in range(8))
 def routed_settings(tiers: list[dict[str, Any]], urls: dict[str, str], **route: Any) -> Settings:
     """Models named after ``urls`` (each an openai_http upstream) and one route "auto" over them."""
     models = [
-        ModelSettings(name=name, kind="openai_http", base_url=url, connect_timeout_s=2, read_timeout_s=30)
+        OpenAIHTTPModel(name=name, kind="openai_http", base_url=url, connect_timeout_s=2, read_timeout_s=30)
         for name, url in urls.items()
     ]
     defaults: dict[str, Any] = {"first_token_timeout_s": 0.5, "stall_timeout_s": 0.5}

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from blink.config import DEFAULT_EMBEDDED_MODEL, ConfigError, Settings, load_settings, parse_bytes
+from blink.byte_size import parse_bytes
+from blink.config.models import DEFAULT_EMBEDDED_MODEL
+from blink.config.settings import ConfigError, Settings, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +55,7 @@ default_model: big
     assert s.models[0].kv_cache_memory_bytes == 256 * 2**20
     # Model flags edit the default model.
     s = load_settings(cfg, model={"read_timeout_s": 9.0})
-    assert s.models[1].read_timeout_s == 9.0 and s.models[0].read_timeout_s == 300.0
+    assert s.models[1].read_timeout_s == 9.0 and not hasattr(s.models[0], "read_timeout_s")
     monkeypatch.setenv("BLINK_MODELS", '[{"name": "env-model", "kind": "openai_http", "base_url": "http://e/v1"}]')
     monkeypatch.setenv("BLINK_DEFAULT_MODEL", "env-model")
     s = load_settings(cfg)
@@ -63,7 +65,7 @@ default_model: big
 def test_upstream_flag_replaces_embedded_default() -> None:
     s = load_settings(model={"kind": "openai_http", "base_url": "http://u/v1", "upstream_model": "llama"})
     (m,) = s.models
-    assert (m.kind, m.name, m.model, m.upstream_model) == ("openai_http", "llama", None, "llama")
+    assert (m.kind, m.name, m.upstream_model) == ("openai_http", "llama", "llama") and not hasattr(m, "model")
     s = load_settings(model={"model": "/tmp/tiny", "kv_cache_memory_bytes": "64MiB", "enable_prefix_caching": False})
     (m,) = s.models
     assert (m.name, m.model, m.kv_cache_memory_bytes, m.enable_prefix_caching) == (
@@ -78,7 +80,12 @@ def test_upstream_flag_replaces_embedded_default() -> None:
         ("server:\n  bogus: 1\n", "server.bogus"),
         ("models:\n  - {kind: embedded, kv_cache_memory_bytes: lots}\n", "models.0.kv_cache_memory_bytes"),
         ("models:\n  - {kind: openai_http}\n", "models.0"),
-        ("models:\n  - {kind: quantum}\n", "models.0.kind"),
+        ("models:\n  - {kind: quantum}\n", "models.0: 'kind' must be one of embedded, openai_http, vllm"),
+        ("models:\n  - {kind: vllm}\n", "models.0.model: Field required"),
+        ("models:\n  - {name: a, base_url: http://u/v1}\n", "models.0: Value error, 'base_url' applies to openai_http models, not embedded ones"),
+        ("models:\n  - {kind: openai_http, base_url: http://u/v1, dtype: bfloat16, warp: 9}\n",
+         "'dtype' applies to embedded models, not openai_http ones; 'warp' is not a setting of any model kind"),
+        ("models:\n  - {kind: vllm, model: m, compression: {scorer: x}}\n", "'compression' applies to openai_http models, not vllm ones"),
         ("default_model: nope\n", "(settings)"),
     ],
 )
@@ -117,3 +124,17 @@ def test_serve_fails_at_startup_naming_the_field(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "server.max_concurrent_streams" in proc.stderr
+
+
+def test_embedded_model_settings_are_the_engine_config_declared_once() -> None:
+    from blink.config.models import EmbeddedModel
+    from blink.engine.config import EngineConfig
+
+    assert issubclass(EmbeddedModel, EngineConfig)
+    for name, field in EngineConfig.model_fields.items():
+        if name != "model":  # required by the engine; the server's default model otherwise
+            assert EmbeddedModel.model_fields[name].default == field.default, name
+    (m,) = load_settings(model={"model": "/m", "max_batch_seqs": 0, "engine_nice": 5, "tool_parser": "hermes"}).models
+    engine = EngineConfig(**m.engine_fields())  # what the engine-core process is handed
+    assert (engine.model, engine.max_batch_seqs, engine.engine_nice) == ("/m", 0, 5)
+    assert not hasattr(engine, "tool_parser") and not hasattr(engine, "supervision")

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 import blink.serve
 from blink.cli import app
-from blink.config import DEFAULT_EMBEDDED_MODEL, Settings, load_settings
+from blink.config.models import DEFAULT_EMBEDDED_MODEL
+from blink.config.settings import Settings, load_settings
 from blink.demo.default_model import default_model_fallback
 from blink.serve import build_registry, model_fallback
 

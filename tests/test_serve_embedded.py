@@ -18,7 +18,9 @@ import pytest
 from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel, OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 
@@ -29,7 +31,7 @@ MODEL = "tiny"
 def served(tiny_qwen2: Path) -> Iterator[tuple[str, EmbeddedBackend]]:
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=256, enable_prefix_caching=True)],
     )
     registry = build_registry(settings)
@@ -166,9 +168,9 @@ def test_several_named_models_side_by_side(tiny_llama: Path) -> None:
     up = FakeUpstream(tokens=3)
     with LiveServer(up) as upstream:
         settings = Settings(models=[
-            ModelSettings(name="local", kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
+            EmbeddedModel(name="local", kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
                           max_model_len=128),
-            ModelSettings(name="remote", kind="openai_http", base_url=f"{upstream.url}/v1", upstream_model="fake"),
+            OpenAIHTTPModel(name="remote", kind="openai_http", base_url=f"{upstream.url}/v1", upstream_model="fake"),
         ], default_model="local")
         with LiveServer(create_app(build_registry(settings), settings.server)) as server:
             client = _client(server.url)

@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 
@@ -33,7 +35,7 @@ EXTREME_FLOATS = [0.0, -0.0, 1e-9, 1e-300, 2.0, 2.0000001, 1e308, -1e308, float(
 def served(tiny_qwen2: Path) -> Iterator[tuple[str, EmbeddedBackend]]:
     settings_ = Settings(
         server=ServerSettings(max_concurrent_streams=8, max_body_bytes=4 << 20),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=256, max_num_seqs=8)],
     )
     registry = build_registry(settings_)

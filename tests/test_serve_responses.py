@@ -20,8 +20,10 @@ from live_server import LiveServer
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, TypeAdapter
 
-from blink.config import ModelSettings, ServerSettings, Settings
-from blink.responses_config import ResponsesSettings
+from blink.config.models import EmbeddedModel
+from blink.config.responses import ResponsesSettings
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 pytest.importorskip("blink.engine.structured")
@@ -47,7 +49,7 @@ def url(tiny_qwen2: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     tmp = tmp_path_factory.mktemp("serve-responses")
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=1024)],
         responses=ResponsesSettings(path=str(tmp / "responses.db")),
     )
@@ -137,7 +139,7 @@ def test_the_agents_sdk_runs_a_tool_agent_to_completion(url: str) -> None:
     # model stop: the grammar ends it.
     agent = agents.Agent(name="weather", instructions="Answer with the forecast.", tools=[forecast], model=model,
                          output_type=Verdict,
-                         model_settings=agents.ModelSettings(tool_choice="required", max_tokens=120, temperature=0))
+                         model_settings=agents.EmbeddedModel(tool_choice="required", max_tokens=120, temperature=0))
     result = agents.Runner.run_sync(agent, "Weather in Oslo?", max_turns=4)
     assert seen and seen[0] in ("celsius", "fahrenheit")  # the tool ran with the grammar-made arguments
     outputs = [i for i in result.new_items if i.type == "tool_call_output_item"]

@@ -11,7 +11,9 @@ import pytest
 from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 
@@ -22,7 +24,7 @@ MODEL = "tiny-spec"
 def served(tiny_llama: Path) -> Iterator[tuple[str, EmbeddedBackend]]:
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
                               max_model_len=256, speculative="ngram", num_speculative_tokens=4,
                               quantization="int8")],
     )

@@ -17,7 +17,9 @@ import pytest
 from live_server import LiveServer
 from pydantic import BaseModel, Field
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.protocol.errors import InvalidRequestError
 from blink.request_limits import SAMPLING_LIMITS
@@ -37,7 +39,7 @@ class User(BaseModel):
 def url(tiny_llama: Path) -> Iterator[str]:
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
                               max_model_len=512, speculative="ngram", num_speculative_tokens=4)],
     )
     with LiveServer(create_app(build_registry(settings), settings.server)) as server:
@@ -109,7 +111,7 @@ async def test_options_structured_alone_constrains_the_engine(tiny_llama: Path) 
     with no request field behind it."""
     from blink.backends.base import GenerationRequest, SamplingOptions, StructuredOutput
 
-    registry = build_registry(Settings(models=[ModelSettings(name="t", kind="embedded", model=str(tiny_llama),
+    registry = build_registry(Settings(models=[EmbeddedModel(name="t", kind="embedded", model=str(tiny_llama),
                                                              dtype="float32", threads=1, max_model_len=256)]))
     backend = registry.resolve("t")
     await backend.start()

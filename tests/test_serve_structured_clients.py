@@ -26,7 +26,9 @@ from live_server import LiveServer
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 
@@ -62,7 +64,7 @@ TOWN_SCHEMA: dict[str, Any] = {
 def url(tiny_qwen2: Path) -> Iterator[str]:
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=1024)],
     )
     with LiveServer(create_app(build_registry(settings), settings.server)) as server:

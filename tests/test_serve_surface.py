@@ -15,7 +15,9 @@ import pytest
 import torch
 from live_server import LiveServer
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 
@@ -26,7 +28,7 @@ MODEL = "tiny"
 def served(tiny_qwen2: Path) -> Iterator[str]:
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=256, enable_prefix_caching=True)],
     )
     with LiveServer(create_app(build_registry(settings), settings.server)) as server:

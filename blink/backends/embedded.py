@@ -27,7 +27,9 @@ from blink.backends.embedded_fields import grammar_engine_of, refuse_unsupported
 from blink.backends.embedded_prompt import PromptEncoder
 from blink.backends.embedded_tools import prepare_tools
 from blink.backends.engine_supervisor import EngineSupervisor
-from blink.backends.tool_parsers import ParserName, ToolParserSetting, detect_parser
+from blink.backends.tool_parsers import ParserName, detect_parser
+from blink.config.models import EmbeddedModel, ToolParserSetting
+from blink.config.supervision import SupervisionSettings
 from blink.demo.default_model import FallbackModel
 from blink.engine.async_engine import AsyncEngine, default_threads
 from blink.engine.config import EngineConfig
@@ -52,7 +54,6 @@ from blink.protocol.errors import (
     InvalidRequestError,
 )
 from blink.request_limits import wrap_seed
-from blink.supervision_config import SupervisionSettings
 
 log = logging.getLogger("blink.backends.embedded")
 
@@ -344,49 +345,16 @@ def _by_class(values: list[Any]) -> dict[str, Any] | None:
     return dict(zip(PRIORITY_RANK, values, strict=False)) if values else None
 
 
-def serving_choice(ms: Any) -> ServingChoice:
-    """What this machine runs ``ms`` with: its explicit settings, the fast defaults for the rest."""
-    return choose_serving_config(ms.dtype, getattr(ms, "quantization", "auto"), getattr(ms, "threads", 0),
-                                 ms.device, read_cpu_features(), default_threads())
+def serving_choice(config: EngineConfig) -> ServingChoice:
+    """What this machine runs ``config`` with: its explicit settings, the fast defaults for the rest."""
+    return choose_serving_config(config.dtype, config.quantization, config.threads, config.device,
+                                 read_cpu_features(), default_threads())
 
 
-def engine_config_from_settings(ms: Any, choice: ServingChoice | None = None) -> EngineConfig:
-    """Map a ``ModelSettings`` (config layer) onto the engine's own config."""
-    choice = choice or serving_choice(ms)
-    return EngineConfig(
-        model=ms.model,
-        dtype=choice.dtype,  # type: ignore[arg-type]
-        device=ms.device,
-        kv_cache_memory_bytes=int(ms.kv_cache_memory_bytes),
-        block_size=ms.block_size,
-        max_num_seqs=ms.max_num_seqs,
-        max_seqs_per_request_share=ms.max_seqs_per_request_share,
-        max_num_batched_tokens=ms.max_num_batched_tokens,
-        max_batch_seqs=getattr(ms, "max_batch_seqs", 0),
-        max_batch_tokens=getattr(ms, "max_batch_tokens", 0),
-        max_model_len=ms.max_model_len or 0,
-        enable_prefix_caching=ms.enable_prefix_caching,
-        pinned_prefix_blocks=getattr(ms, "pinned_prefix_blocks", 0),
-        enable_chunked_prefill=ms.enable_chunked_prefill,
-        threads=choice.threads,
-        nice=getattr(ms, "engine_nice", 0),
-        quantization=choice.quantization,
-        kv_cache_dtype=getattr(ms, "kv_cache_dtype", "auto"),
-        compile=getattr(ms, "compile", False),
-        compile_mode=getattr(ms, "compile_mode", "frozen"),
-        fused_decode=getattr(ms, "fused_decode", True),
-        speculative=None if getattr(ms, "speculative", "none") == "none" else ms.speculative,
-        num_speculative_tokens=getattr(ms, "num_speculative_tokens", 5),
-        speculative_draft_model=getattr(ms, "speculative_draft_model", None),
-        structured_engine=getattr(ms, "structured_engine", "llguidance"),
-    )
-
-
-def create_embedded_backend(ms: Any, *, fallback_model: Callable[[], FallbackModel] | None = None) -> EmbeddedBackend:
+def create_embedded_backend(ms: EmbeddedModel, *, fallback_model: Callable[[], FallbackModel] | None = None) -> EmbeddedBackend:
     """Factory used by ``blink.serve``; ``fallback_model`` gives the model served when ``ms.model``
     cannot be had (blink.demo.default_model)."""
     choice = serving_choice(ms)
     print(f"blink: {ms.name}: {choice.line()}", flush=True)
-    return EmbeddedBackend(ms.name, engine_config_from_settings(ms, choice), fallback_model=fallback_model,
-                           supervision=getattr(ms, "supervision", None),
-                           tool_parser=getattr(ms, "tool_parser", "auto"))
+    return EmbeddedBackend(ms.name, choice.apply(ms), fallback_model=fallback_model,
+                           supervision=ms.supervision, tool_parser=ms.tool_parser)

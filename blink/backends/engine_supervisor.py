@@ -23,8 +23,8 @@ import math
 import time
 from typing import Literal, Protocol
 
+from blink.config.supervision import SupervisionSettings
 from blink.protocol.errors import BackendUnavailableError
-from blink.supervision_config import SupervisionSettings
 
 log = logging.getLogger("blink.backends.supervisor")
 

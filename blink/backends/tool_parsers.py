@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 ParserName = Literal["hermes", "llama3_json", "mistral"]
-# ``ModelSettings.tool_parser``: a format, "auto" (the one the chat template shows) or "none".
-ToolParserSetting = Literal["auto", "hermes", "llama3_json", "mistral", "none"]
 PARSER_NAMES: tuple[ParserName, ...] = ("hermes", "llama3_json", "mistral")
 
 

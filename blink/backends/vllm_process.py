@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard
+from blink.config.vllm import VllmSettings
 from blink.protocol.errors import BackendUnavailableError
-from blink.scaleout_config import VllmSettings
 
 log = logging.getLogger("blink.vllm")
 

@@ -93,7 +93,7 @@ class AsyncEngine:
         self._pull = self._ctx.socket(zmq.PULL)
         self._pull.bind(out_addr)
         mp = multiprocessing.get_context("spawn")
-        cfg = asdict(self.config)
+        cfg = self.config.engine_fields()
         cfg["model"] = str(self.model_path)
         self._proc = mp.Process(
             target=cp.run_engine_core,

@@ -123,8 +123,8 @@ def run_engine_core(
     parent_pid = parent_pid or os.getppid()
     die_with_parent(parent_pid)
     configure_threads(int(config_dict.get("threads", 0)))
-    if int(config_dict.get("nice", 0)) > 0:
-        os.nice(int(config_dict["nice"]))
+    if int(config_dict.get("engine_nice", 0)) > 0:
+        os.nice(int(config_dict["engine_nice"]))
     ctx = zmq.Context()
     ctx.setsockopt(zmq.LINGER, 0)
     pull = ctx.socket(zmq.PULL)

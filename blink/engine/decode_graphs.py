@@ -32,7 +32,6 @@ from blink.engine.models.registry import CausalLM
 # Powers of two up to 16, then steps of 16 up to 64 and of 32 beyond, as vLLM spaces its capture
 # sizes: a step pads to at most ~2x at the low end (where a row is nearly free) and <= 1/3 above.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256)
-DECODE_GRAPH_SETTINGS = ("auto", "off", "replay")
 
 Replay = Callable[[], torch.Tensor]
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from blink.engine.config import EngineConfig
 from blink.engine.cpu_features import CpuFeatures
 
 
@@ -85,6 +86,11 @@ class ServingChoice:
     threads: int
     chosen: tuple[str, ...]
     cpu: CpuFeatures
+
+    def apply(self, config: EngineConfig) -> EngineConfig:
+        """``config``'s engine settings with this choice in place of what was left to Blink."""
+        return EngineConfig.model_validate(
+            config.engine_fields() | {"dtype": self.dtype, "quantization": self.quantization, "threads": self.threads})
 
     def line(self) -> str:
         """One line for the start-up log: the configuration and what it was chosen for."""

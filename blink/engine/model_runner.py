@@ -21,16 +21,11 @@ from blink.engine.attention_dispatch import PREFILL_ATTENTION_SETTINGS, choose_p
 from blink.engine.compiled_decode import MAX_BATCH, CompiledDecode
 from blink.engine.config import EngineConfig
 from blink.engine.cpu_features import read_cpu_features
-from blink.engine.decode_graphs import (
-    DECODE_GRAPH_SETTINGS,
-    CudaGraphCapture,
-    DecodeGraphs,
-    GraphCapture,
-    ReplayWithoutGraph,
-)
+from blink.engine.decode_graphs import CudaGraphCapture, DecodeGraphs, GraphCapture, ReplayWithoutGraph
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
 from blink.engine.kernels.decode_step import FusedDecode, build_fused_decode
+from blink.engine.kernels.switches import with_env_overrides
 from blink.engine.kernels.w8a8 import w8a8_available
 from blink.engine.kv_cache_dtype import has_scales, resolve_kv_cache_dtype
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
@@ -95,8 +90,7 @@ class ModelRunner:
             raise EngineError(f"block_size must be positive, got {config.block_size}")
         if config.prefill_attention not in PREFILL_ATTENTION_SETTINGS:
             raise EngineError(f"prefill_attention must be one of {PREFILL_ATTENTION_SETTINGS}")
-        if config.decode_graphs not in DECODE_GRAPH_SETTINGS:
-            raise EngineError(f"decode_graphs must be one of {DECODE_GRAPH_SETTINGS}")
+        config = with_env_overrides(config)
         self.config = config
         self.device = torch.device(config.device)
         self.block_size = config.block_size
@@ -119,15 +113,20 @@ class ModelRunner:
         self.prefill_kernel = False
         self._fused: FusedDecode | None = None
         self._decode_graph: CompiledDecode | None = None
-        self.quantization = config.quantization
+        # "auto" unresolved (an engine built directly, not by the server): no quantization.
+        self.quantization = "none" if config.quantization == "auto" else config.quantization
         # W8A8 smooths its activations with ranges measured on the unquantized model (one
         # calibration forward, layers/smoothing.py); without calibration tokens it runs unsmoothed.
         ranges = self._input_ranges(calibration) if calibration and self._w8a8_runs_here() else None
         self.smoothed_w8a8 = ranges is not None
-        quantize_model(model, config.quantization, ranges)
+        quantize_model(model, self.quantization, ranges,
+                       int8_kernel=config.int8_kernel, w8a8_kernel=config.w8a8_kernel)
         # bf16 on the CPU: weights packed once for oneDNN (no per-call re-blocking); a no-op
         # otherwise. After quantization, so int8 layers are left as they are.
         prepack_model(model)
+        for module in model.modules():
+            if hasattr(module, "fused_ops"):
+                module.fused_ops = config.prefill_ops
         self.decode_kernel = self._enable_decode_kernel(model)
         # Decode-only steps in one C++ call where the model is eligible (kernels/decode_step.py);
         # built now, after the KV pool exists, so no request pays the build.
@@ -170,7 +169,8 @@ class ModelRunner:
 
     def _w8a8_runs_here(self) -> bool:
         """Whether ``int8-w8a8`` will run its W8A8 kernels (else calibrating would be wasted)."""
-        return self.quantization == "int8-w8a8" and self.device.type == "cpu" and w8a8_available()
+        return (self.quantization == "int8-w8a8" and self.device.type == "cpu" and self.config.w8a8_kernel
+                and w8a8_available())
 
     def _input_ranges(self, token_ids: Seq[int]) -> dict[str, torch.Tensor] | None:
         """Per-input-channel ``max |x|`` of every quantizable linear over one prefill of up to
@@ -199,7 +199,8 @@ class ModelRunner:
         where the CPU has AVX512-BF16 (head_dim a multiple of 32, at most 128); built now so no
         request waits for the compiler."""
         head_dim = model.shape.head_dim
-        if self.device.type != "cpu" or head_dim % 16 or not decode_kernel_available():
+        if (self.device.type != "cpu" or head_dim % 16 or not self.config.decode_attention_kernel
+                or not decode_kernel_available()):
             return False
         prefill = self.dtype == torch.bfloat16 and head_dim % 32 == 0 and head_dim <= 128
         usable = prefill and prefill_kernel_available()

@@ -9,7 +9,8 @@ from typing import Protocol
 from starlette.datastructures import State
 
 from blink.backends.registry import BackendRegistry
-from blink.config import ObsSettings, ServerSettings
+from blink.config.gateway import ObsSettings
+from blink.config.server import ServerSettings
 from blink.gateway.auth import AuthMiddleware, KeyStore
 from blink.gateway.dashboard import DashboardAccess, build_dashboard_feed, build_dashboard_router
 from blink.gateway.dispatch import GatewayApp, Layer, Routes

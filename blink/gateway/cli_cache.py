@@ -14,7 +14,8 @@ from typing import Annotated, Any
 import orjson
 import typer
 
-from blink.config import CacheSettings, ConfigError, load_settings
+from blink.config.gateway import CacheSettings
+from blink.config.settings import ConfigError, load_settings
 from blink.gateway.cache.stage import CacheDirectives, ResponseCache
 from blink.gateway.front_builder import build_cache_store, build_matcher
 from blink.gateway.request_mapping import chat_request

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from blink.config import ConfigError, load_settings
+from blink.config.settings import ConfigError, load_settings
 from blink.gateway.auth import ApiKeyStore
 from blink.gateway.auth_postgres import PostgresKeyStore
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from blink.backends.base import Usage
+from blink.config.cost import ModelPrice
 from blink.protocol.errors import RateLimitError
-from blink.throughput_config import ModelPrice
 
 _PER = 1_000_000  # prices are quoted per 1M tokens
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from blink.config import ConfigError, load_settings
+from blink.config.settings import ConfigError, load_settings
 from blink.gateway.cost_ledger import USAGE_COLUMNS, current_month, read_usage
 
 

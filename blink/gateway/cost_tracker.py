@@ -13,11 +13,11 @@ import calendar
 from datetime import UTC, datetime
 
 from blink.backends.base import Usage
+from blink.config.cost import CostSettings
 from blink.gateway.cost import BudgetExceededError, PriceTable, format_usd
 from blink.gateway.cost_ledger import SpendLedger, UsageRow
 from blink.gateway.dispatch import Routes
 from blink.obs import annotate
-from blink.throughput_config import CostSettings
 
 COST_HEADER = b"x-blink-cost-usd"
 # Budget entry that applies to every key without its own.

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from blink.config import CacheSettings, Settings
+from blink.config.gateway import CacheSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore, KeyStore
 from blink.gateway.cache.semantic import GuardedMatcher
 from blink.gateway.cache.stage import ResponseCache

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 import orjson
 
-from blink.config import ServerSettings
+from blink.config.server import ServerSettings
 from blink.gateway.http_protocol import CoalescingHttpToolsProtocol
 from blink.protocol.errors import (
     BlinkError,

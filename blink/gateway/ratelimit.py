@@ -26,7 +26,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from limits.storage import storage_from_string
 from limits.util import WindowStats
 
-from blink.config import RateLimitSettings
+from blink.config.gateway import RateLimitSettings
 from blink.gateway.ratelimit_window import LocalMovingWindow
 from blink.gateway.store_errors import StoreErrorSink
 from blink.protocol.errors import OverloadedError, RateLimitError

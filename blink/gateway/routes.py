@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from blink.backends.base import GenerationRequest, ModelCard
 from blink.backends.registry import BackendRegistry
-from blink.config import ServerSettings
+from blink.config.server import ServerSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey
 from blink.gateway.cache.replay import CachedReplayResponse
 from blink.gateway.dispatch import Routes

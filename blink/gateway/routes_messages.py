@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from blink.backends.base import GenerationRequest, SamplingOptions, TokenCounter
 from blink.backends.registry import BackendRegistry
-from blink.config import ServerSettings
+from blink.config.server import ServerSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, check_model_allowed
 from blink.gateway.dispatch import Routes
 from blink.gateway.front import GatewayFront

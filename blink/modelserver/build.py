@@ -9,10 +9,11 @@ since they only compare Blink's vectors with Blink's vectors.
 
 from __future__ import annotations
 
-from blink.config import SemanticCacheSettings, Settings
+from blink.config.gateway import SemanticCacheSettings
+from blink.config.model_server import BatchingSettings
+from blink.config.settings import Settings
 from blink.modelserver.batcher import BatchConfig
 from blink.modelserver.server import ModelServer
-from blink.safety_config import BatchingSettings
 
 # Suffix of the quantized export's served name.
 INT8_SUFFIX = "-int8"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from blink.config import ObsSettings
+from blink.config.gateway import ObsSettings
 from blink.obs.engine_collector import LoadSource
 from blink.obs.observer import Observability
 from blink.obs.request_log import RequestLogger

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from blink.backends.base import StreamSource
+from blink.config.voice import VoiceSettings
 from blink.voice.agent import VoiceAgent, VoiceOptions
 from blink.voice.llm import DEFAULT_SYSTEM_PROMPT
 from blink.voice.metrics import VoiceMetrics
@@ -14,7 +15,6 @@ from blink.voice.stt import WhisperTranscriber
 from blink.voice.tts import EspeakSynthesizer, Synthesizer
 from blink.voice.vad import SileroVad
 from blink.voice.websocket import SessionGate, VoiceLimits, VoiceSessions
-from blink.voice_config import VoiceSettings
 
 
 def build_synthesizer(settings: VoiceSettings) -> Synthesizer:

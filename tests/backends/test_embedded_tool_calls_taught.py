@@ -20,7 +20,9 @@ import openai
 import pytest
 from live_server import LiveServer
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 
@@ -78,7 +80,7 @@ def url(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         path = root / name
         shutil.copytree(tiny_llama, path)
         _teach(path, answer)
-        models.append(ModelSettings(name=name, kind="embedded", model=str(path), dtype="float32", threads=1,
+        models.append(EmbeddedModel(name=name, kind="embedded", model=str(path), dtype="float32", threads=1,
                                     max_model_len=1024, tool_parser=parser))
     settings = Settings(server=ServerSettings(max_concurrent_streams=4), models=models)
     with LiveServer(create_app(build_registry(settings), settings.server)) as server:

@@ -19,7 +19,9 @@ import pytest
 from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
 
@@ -34,7 +36,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 def served(tiny_qwen2: Path) -> Iterator[tuple[str, EmbeddedBackend]]:
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=1024)],
     )
     registry = build_registry(settings)

@@ -20,10 +20,12 @@ import pytest
 from live_server import LiveServer
 
 from blink.backends.embedded import EmbeddedBackend
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
+from blink.config.supervision import SupervisionSettings
 from blink.gateway.app import create_app
 from blink.serve import build_registry
-from blink.supervision_config import SupervisionSettings
 
 MODEL = "tiny"
 # A wait, not a timing goal: a restart imports torch and loads the model in a new process,
@@ -34,7 +36,7 @@ _BACK_WITHIN_S = 60.0
 def _settings(model: Path, supervision: SupervisionSettings) -> Settings:
     return Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(model), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(model), dtype="float32", threads=1,
                               max_model_len=256, enable_prefix_caching=False, supervision=supervision)],
     )
 

@@ -20,10 +20,11 @@ from upstream_server import FakeUpstream
 
 from blink.backends.base import Delta, Usage
 from blink.backends.responses_events import ResponsesEventDecoder, deltas_from_response
-from blink.config import ModelSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.responses import ResponsesSettings
+from blink.config.settings import Settings
 from blink.gateway.responses.render import ResponseRenderer, sse
 from blink.protocol.responses import ResponsesRequest
-from blink.responses_config import ResponsesSettings
 from blink.serve import build_app
 
 
@@ -44,11 +45,11 @@ def upstream() -> Iterator[FakeUpstream]:
 @pytest.fixture(scope="module")
 def gateways(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("native")
-    inner = Settings(models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url)],
+    inner = Settings(models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url)],
                      responses=ResponsesSettings(path=str(tmp / "inner.db")))
     with LiveServer(build_app(inner)) as inner_live:
         front = Settings(
-            models=[ModelSettings(name="front", kind="openai_http", base_url=f"{inner_live.url}/v1",
+            models=[OpenAIHTTPModel(name="front", kind="openai_http", base_url=f"{inner_live.url}/v1",
                                   upstream_model="fake", native_apis=["responses"])],
             responses=ResponsesSettings(path=str(tmp / "front.db")))
         with LiveServer(build_app(front)) as front_live:

@@ -31,7 +31,9 @@ from real_vllm import RealVllm, build_checkpoint, vllm_python
 from servers import free_port
 from vllm_format_server import CONTEXT, MODEL, VllmFormatServer
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 MSGS = [{"role": "user", "content": "What colour is the sky?"}]
@@ -70,7 +72,7 @@ def vllm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.fixture(scope="module")
 def gateway(vllm: Upstream) -> Iterator[LiveServer]:
-    model = ModelSettings(name="llama", kind="openai_http", base_url=f"{vllm.url}/v1", upstream_model=MODEL)
+    model = OpenAIHTTPModel(name="llama", kind="openai_http", base_url=f"{vllm.url}/v1", upstream_model=MODEL)
     with LiveServer(build_app(Settings(server=ServerSettings(), models=[model]))) as gw:
         yield gw
 
@@ -134,7 +136,7 @@ def test_context_errors_keep_status_message_and_param(gateway: LiveServer, vllm:
 
 
 def test_unknown_upstream_model_is_404(vllm: Upstream) -> None:
-    model = ModelSettings(name="gone", kind="openai_http", base_url=f"{vllm.url}/v1", upstream_model="nope")
+    model = OpenAIHTTPModel(name="gone", kind="openai_http", base_url=f"{vllm.url}/v1", upstream_model="nope")
     with pytest.raises(openai.NotFoundError) as direct:
         _client(vllm.url).chat.completions.create(model="nope", messages=MSGS)  # type: ignore[arg-type]
     with LiveServer(build_app(Settings(server=ServerSettings(), models=[model]))) as gw:

@@ -27,8 +27,10 @@ from real_vllm import READY_TIMEOUT_S, build_checkpoint, remove_omp_leftovers, v
 from servers import free_port
 
 from blink.backends.vllm_process import VllmProcessBackend, vllm_command
-from blink.config import ModelSettings, ServerSettings, Settings
-from blink.scaleout_config import VllmSettings
+from blink.config.models import VllmModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
+from blink.config.vllm import VllmSettings
 from blink.serve import build_app
 
 FAKE_DIR = Path(__file__).parent / "fake_vllm"
@@ -59,7 +61,7 @@ def test_python_form_launches_with_its_env_and_serves(tmp_path: Path) -> None:
     log = tmp_path / "argv.jsonl"
     env = {"PYTHONPATH": str(FAKE_MODULE_DIR), "FAKE_VLLM_LOG": str(log)}  # the launched process's only
     vllm = VllmSettings(python=sys.executable, env=env, port=free_port(), ready_timeout_s=60)
-    settings = Settings(server=ServerSettings(), models=[ModelSettings(name="local", kind="vllm", model="org/m", vllm=vllm)])
+    settings = Settings(server=ServerSettings(), models=[VllmModel(name="local", kind="vllm", model="org/m", vllm=vllm)])
     with LiveServer(build_app(settings)) as server:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
         out = client.chat.completions.create(model="local", messages=MSGS)  # type: ignore[arg-type]
@@ -135,7 +137,7 @@ def _alive(pid: int) -> bool:
 def test_supervised_vllm_serves_restarts_after_a_crash_and_stops(fake_vllm_env: Path) -> None:
     port = free_port()
     vllm = VllmSettings(port=port, quantization="fp8", restart_backoff_min_s=0.2, ready_timeout_s=60)
-    settings = Settings(server=ServerSettings(), models=[ModelSettings(name="local", kind="vllm", model="org/m", vllm=vllm)])
+    settings = Settings(server=ServerSettings(), models=[VllmModel(name="local", kind="vllm", model="org/m", vllm=vllm)])
     app = build_app(settings)
     with LiveServer(app) as server:
         backend = app.state.registry.resolve("local")

@@ -103,8 +103,8 @@ def test_schema_enums_match_blink_settings() -> None:
     import json
     import typing
 
-    from blink.config import ModelSettings
+    from blink.config.models import EmbeddedModel
 
     engine = json.loads((CHART / "values.schema.json").read_text())["properties"]["engine"]["properties"]
     for value, field in (("quantization", "quantization"), ("speculative", "speculative"), ("dtype", "dtype")):
-        assert set(engine[value]["enum"]) == set(typing.get_args(ModelSettings.model_fields[field].annotation)), value
+        assert set(engine[value]["enum"]) == set(typing.get_args(EmbeddedModel.model_fields[field].annotation)), value

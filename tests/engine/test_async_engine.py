@@ -103,7 +103,7 @@ async def test_engine_death_fails_inflight_requests(tiny_llama: Path) -> None:
 
 
 async def test_engine_core_runs_at_the_configured_niceness(tiny_llama: Path) -> None:
-    eng = AsyncEngine(EngineConfig(model=str(tiny_llama), dtype="float32", threads=1, max_model_len=512, nice=5))
+    eng = AsyncEngine(EngineConfig(model=str(tiny_llama), dtype="float32", threads=1, max_model_len=512, engine_nice=5))
     await eng.start()
     try:
         assert eng.pid is not None

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from blink.engine.config import EngineConfig
 from blink.engine.decode_graphs import BATCH_BUCKETS, bucket_at_least, width_buckets
-from blink.engine.errors import EngineError
 from blink.engine.llm_engine import LLMEngine
 from blink.engine.model_runner import RunSpan
 from blink.engine.sampling_params import SamplingParams
@@ -88,7 +88,7 @@ def test_decode_logits_match_the_eager_step(tiny_llama: Path) -> None:
 
 
 def test_unknown_decode_graphs_setting_is_refused(tiny_llama: Path) -> None:
-    with pytest.raises(EngineError, match="decode_graphs"):
+    with pytest.raises(ValidationError, match="decode_graphs"):
         _engine(tiny_llama, "always")
 
 

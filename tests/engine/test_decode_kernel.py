@@ -15,7 +15,6 @@ from blink.engine.config import EngineConfig
 from blink.engine.errors import EngineError
 from blink.engine.kernels import attention as decode_kernel
 from blink.engine.kernels.attention import (
-    ENV_SWITCH,
     decode_attention_cpu,
     decode_attention_scaled_cpu,
     decode_kernel_available,
@@ -306,7 +305,7 @@ def test_runner_serves_with_kernels_and_matches_sdpa(llama_dim32: Path, monkeypa
     assert with_kernel.decode_kernel
     assert with_kernel.prefill_kernel == decode_kernel._cpu_has_avx512_bf16()
     assert all(attn.decode_kernel for attn in with_kernel.model.attention_layers())
-    monkeypatch.setenv(ENV_SWITCH, "sdpa")
+    monkeypatch.setenv("BLINK_DECODE_ATTENTION", "sdpa")
     without = ModelRunner(config)
     assert not without.decode_kernel and not without.prefill_kernel
     assert not any(a.decode_kernel or a.prefill_kernel for a in without.model.attention_layers())

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import ValidationError
 
+from blink.config.models import EmbeddedModel
 from blink.engine.config import EngineConfig
 from blink.engine.kv_cache_dtype import (
     FP8,
@@ -84,9 +86,9 @@ def test_unservable_kv_cache_dtype_is_a_clear_error(name: str, dtype: torch.dtyp
         resolve_kv_cache_dtype(name, dtype, torch.device(device))
 
 
-def test_unknown_kv_cache_dtype_fails_engine_start(tiny_llama: Path) -> None:
-    with pytest.raises(KVCacheDtypeError, match="kv_cache_dtype"):
-        ModelRunner(_config(tiny_llama, kv_cache_dtype="fp4"))
+def test_unknown_kv_cache_dtype_is_refused_by_the_config(tiny_llama: Path) -> None:
+    with pytest.raises(ValidationError, match="kv_cache_dtype"):
+        _config(tiny_llama, kv_cache_dtype="fp4")
 
 
 def test_writes_saturate_instead_of_overflowing_to_nan() -> None:
@@ -175,12 +177,10 @@ def test_engine_outputs_do_not_depend_on_batching_prefix_caching_or_preemption(t
 
 
 def test_kv_cache_dtype_travels_from_settings_to_the_engine_config() -> None:
-    from blink.backends.embedded import engine_config_from_settings
-    from blink.config import ModelSettings
 
     for kv in ("fp8", "int8"):
-        assert engine_config_from_settings(ModelSettings(model="m", kv_cache_dtype=kv)).kv_cache_dtype == kv
-    assert engine_config_from_settings(ModelSettings(model="m")).kv_cache_dtype == "auto"
+        assert _engine_config(EmbeddedModel(model="m", kv_cache_dtype=kv)).kv_cache_dtype == kv
+    assert _engine_config(EmbeddedModel(model="m")).kv_cache_dtype == "auto"
 
 
 def test_cli_rejects_an_unknown_kv_cache_dtype_before_starting() -> None:
@@ -216,3 +216,10 @@ def test_compiled_decode_reads_the_cache_like_eager(tiny_llama: Path, kv: str) -
         assert (engine.runner.compile_seconds > 0) == compile_
         outputs.append(engine.generate(prompts, params))
     assert outputs[0] == outputs[1]
+
+
+def _engine_config(ms: EmbeddedModel) -> EngineConfig:
+    """What the embedded backend hands the engine for ``ms`` (its "auto" settings resolved)."""
+    from blink.backends.embedded import serving_choice
+
+    return serving_choice(ms).apply(ms)

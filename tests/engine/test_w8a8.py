@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from blink.config.models import EmbeddedModel
 from blink.engine.config import EngineConfig
 from blink.engine.kernels import w8a8
 from blink.engine.kernels.decode_step import fused_decode_available
-from blink.engine.kernels.w8a8 import ENV_SWITCH, w8a8_available
+from blink.engine.kernels.w8a8 import w8a8_available
 from blink.engine.layers.linear_int8 import GEMV_DENSE_MAX_ROWS, Int8Linear, quantize_model
 from blink.engine.llm_engine import LLMEngine
 from blink.engine.sampling_params import SamplingParams
@@ -138,15 +139,13 @@ def _model(width: int = 32) -> torch.nn.Module:
     return torch.nn.Sequential(linear)
 
 
-def test_env_switch_falls_back_to_int8(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_switched_off_falls_back_to_int8() -> None:
     """Switched off (as when the build fails), int8-w8a8 is mode int8 at every row count."""
-    monkeypatch.setenv(ENV_SWITCH, "off")
-    assert not w8a8_available()
     torch.manual_seed(0)
     model = _model()
     torch.manual_seed(0)
     int8 = _model()
-    assert quantize_model(model, "int8-w8a8") == 1 and quantize_model(int8, "int8") == 1
+    assert quantize_model(model, "int8-w8a8", w8a8_kernel=False) == 1 and quantize_model(int8, "int8") == 1
     layer = model[0]
     assert isinstance(layer, Int8Linear) and layer.w_scales is None
     x = torch.randn(GEMV_DENSE_MAX_ROWS + 8, 32)
@@ -209,14 +208,20 @@ def test_every_engine_mode_is_a_setting_and_travels_to_the_engine_config() -> No
 
     from pydantic import ValidationError
 
-    from blink.backends.embedded import engine_config_from_settings
-    from blink.config import ModelSettings
+    from blink.config.models import EmbeddedModel
     from blink.engine.layers.linear_int8 import QUANTIZATION_MODES
 
     # Every engine mode is a setting; "auto" is the settings' own, resolved to an engine mode for the CPU.
-    assert set(get_args(ModelSettings.model_fields["quantization"].annotation)) == {*QUANTIZATION_MODES, "auto"}
-    settings = ModelSettings(model="m", quantization="int8-w8a8")
-    assert engine_config_from_settings(settings).quantization == "int8-w8a8"
-    assert engine_config_from_settings(ModelSettings(model="m")).quantization in QUANTIZATION_MODES
+    assert set(get_args(EmbeddedModel.model_fields["quantization"].annotation)) == {*QUANTIZATION_MODES, "auto"}
+    settings = EmbeddedModel(model="m", quantization="int8-w8a8")
+    assert _engine_config(settings).quantization == "int8-w8a8"
+    assert _engine_config(EmbeddedModel(model="m")).quantization in QUANTIZATION_MODES
     with pytest.raises(ValidationError):
-        ModelSettings(model="m", quantization="w8a8")  # type: ignore[arg-type]
+        EmbeddedModel(model="m", quantization="w8a8")  # type: ignore[arg-type]
+
+
+def _engine_config(ms: EmbeddedModel) -> EngineConfig:
+    """What the embedded backend hands the engine for ``ms`` (its "auto" settings resolved)."""
+    from blink.backends.embedded import serving_choice
+
+    return serving_choice(ms).apply(ms)

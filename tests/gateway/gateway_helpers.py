@@ -6,11 +6,13 @@ from typing import Any
 
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 
 
 def gateway_settings(upstream: FakeUpstream, **server: Any) -> Settings:
     return Settings(
         server=ServerSettings(**server),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
     )

@@ -11,7 +11,10 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ModelSettings, ServerSettings, Settings
+from blink.config.gateway import AuthSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 
@@ -28,8 +31,8 @@ def secured(upstream: FakeUpstream, keys_db: Path) -> Iterator[LiveServer]:
     settings = Settings(
         server=ServerSettings(),
         models=[
-            ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url),
-            ModelSettings(name="other", kind="openai_http", base_url=upstream.base_url),
+            OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url),
+            OpenAIHTTPModel(name="other", kind="openai_http", base_url=upstream.base_url),
         ],
         auth=AuthSettings(enabled=True, keys_db=str(keys_db)),
     )

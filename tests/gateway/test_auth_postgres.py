@@ -16,7 +16,10 @@ from typer.testing import CliRunner
 from upstream_server import FakeUpstream
 
 from blink.cli import app as cli_app
-from blink.config import AuthSettings, ModelSettings, ServerSettings, Settings
+from blink.config.gateway import AuthSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth_postgres import PostgresKeyStore
 from blink.protocol.errors import BackendUnavailableError
 from blink.serve import build_app
@@ -36,7 +39,7 @@ def test_keys_in_postgres_end_to_end(upstream: FakeUpstream) -> None:
         secret = out.stdout.strip().splitlines()[0]
         settings = Settings(
             server=ServerSettings(),
-            models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url)],
+            models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url)],
             auth=AuthSettings(enabled=True, postgres_dsn=pg.dsn),
         )
         with LiveServer(build_app(settings)) as server:

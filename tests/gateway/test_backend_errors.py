@@ -11,7 +11,7 @@ from live_server import LiveServer
 
 from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
 from blink.backends.registry import BackendRegistry
-from blink.config import ServerSettings
+from blink.config.server import ServerSettings
 from blink.gateway.app import create_app
 from blink.protocol.errors import ContextLengthExceededError
 

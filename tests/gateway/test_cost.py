@@ -14,18 +14,15 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.backends.base import Usage
-from blink.config import (
-    CacheSettings,
-    ExactCacheSettings,
-    ModelSettings,
-    ObsSettings,
-    ServerSettings,
-    Settings,
-)
+from blink.config.batch import BatchSettings
+from blink.config.cost import CostSettings, ModelPrice
+from blink.config.gateway import CacheSettings, ExactCacheSettings, ObsSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.cost import PriceTable
 from blink.gateway.cost_ledger import read_usage
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings, CostSettings, ModelPrice
 
 # Deliberately large prices so a few tokens give a cost well above the header's resolution.
 PRICE = ModelPrice(input=1000.0, output=3000.0, cached_input=250.0)
@@ -43,7 +40,7 @@ def test_price_table_splits_cached_input() -> None:
 def _settings(upstream: FakeUpstream, tmp: Path, budget: float | None = None, cache: bool = False) -> Settings:
     return Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         cost=CostSettings(prices={"fake": PRICE}, path=str(tmp / "usage.db"),
                           budgets={} if budget is None else {"*": budget}),
         obs=ObsSettings(request_log=str(tmp / "requests.log")),

@@ -22,7 +22,7 @@ from live_server import LiveServer
 from system_tools import require
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings
+from blink.config.gateway import AuthSettings
 from blink.gateway.auth import ApiKeyStore
 from blink.gateway.dispatch import GatewayApp
 from blink.serve import build_app

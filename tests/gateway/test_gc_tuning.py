@@ -24,7 +24,7 @@ def test_cache_start_freezes_loaded_entries_only_in_a_tuned_process(tmp_path) ->
     (a full collection over a 100k-entry cache took 77 ms), and nowhere else."""
     import asyncio
 
-    from blink.config import CacheSettings
+    from blink.config.gateway import CacheSettings
     from blink.gateway.cache.entry import CachedChoice, CachedResponse
     from blink.gateway.cache.stage import ResponseCache
     from blink.gateway.cache.stores.sqlite import SQLiteCacheStore

@@ -20,7 +20,10 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.backends.base import GenerationRequest, SamplingOptions
-from blink.config import AuthSettings, ModelSettings, ObsSettings, RateLimitSettings, ServerSettings, Settings
+from blink.config.gateway import AuthSettings, ObsSettings, RateLimitSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKey, ApiKeyStore
 from blink.gateway.front import GatewayFront
 from blink.gateway.pipeline import Directives, GenerationPipeline
@@ -36,8 +39,8 @@ MSGS = [{"role": "user", "content": "hi"}]
 def _settings(upstream: FakeUpstream, tmp: Path) -> Settings:
     return Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30),
-                ModelSettings(name="other", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30),
+                OpenAIHTTPModel(name="other", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         auth=AuthSettings(enabled=True, keys_db=str(tmp / "keys.db")),
         obs=ObsSettings(request_log=str(tmp / "requests.log")),
     )

@@ -16,7 +16,7 @@ from gateway_helpers import gateway_settings
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import ServerSettings
+from blink.config.server import ServerSettings
 from blink.gateway.http_guard import guarded_protocol
 from blink.serve import build_app
 

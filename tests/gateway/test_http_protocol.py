@@ -15,7 +15,8 @@ from live_server import LiveServer
 from starlette.requests import Request
 from upstream_server import FakeUpstream
 
-from blink.config import CacheSettings, ExactCacheSettings, ServerSettings
+from blink.config.gateway import CacheSettings, ExactCacheSettings
+from blink.config.server import ServerSettings
 from blink.gateway.http_guard import guarded_protocol
 from blink.gateway.http_protocol import CoalescingHttpToolsProtocol
 from blink.serve import build_app

@@ -16,14 +16,10 @@ from live_server import LiveServer
 from servers import RedisServer, free_port
 from upstream_server import FakeUpstream
 
-from blink.config import (
-    AuthSettings,
-    ModelRateLimit,
-    ModelSettings,
-    RateLimitSettings,
-    ServerSettings,
-    Settings,
-)
+from blink.config.gateway import AuthSettings, ModelRateLimit, RateLimitSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.gateway.ratelimit import RateLimiter
 from blink.protocol.errors import RateLimitError
@@ -35,7 +31,7 @@ MSGS = [{"role": "user", "content": "hi"}]
 def _settings(upstream: FakeUpstream, limits: RateLimitSettings, keys_db: Path | None = None) -> Settings:
     return Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url)],
         ratelimit=limits,
         auth=AuthSettings(enabled=keys_db is not None, keys_db=str(keys_db or "unused")),
     )

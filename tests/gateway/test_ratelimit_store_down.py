@@ -8,7 +8,7 @@ import time
 import pytest
 from servers import RedisServer
 
-from blink.config import RateLimitSettings
+from blink.config.gateway import RateLimitSettings
 from blink.gateway.ratelimit import RateLimiter
 from blink.gateway.store_errors import StoreErrorRelay
 from blink.protocol.errors import OverloadedError, RateLimitError

@@ -20,14 +20,10 @@ from fault_upstream import FaultUpstream
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import (
-    AuthSettings,
-    CacheSettings,
-    ExactCacheSettings,
-    ModelSettings,
-    ServerSettings,
-    Settings,
-)
+from blink.config.gateway import AuthSettings, CacheSettings, ExactCacheSettings
+from blink.config.models import EmbeddedModel, OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 
@@ -74,11 +70,11 @@ def url(tiny_qwen2: Path, fake: FakeUpstream, native: tuple[AnthropicUpstream, s
     with LiveServer(broken) as up:
         settings = Settings(
             server=ServerSettings(max_concurrent_streams=8, max_body_bytes=BODY_LIMIT),
-            models=[ModelSettings(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+            models=[EmbeddedModel(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                                   max_model_len=2048),
-                    ModelSettings(name="fake", kind="openai_http", base_url=fake.base_url),
-                    ModelSettings(name="broken", kind="openai_http", base_url=f"{up.url}/v1"),
-                    ModelSettings(name="native", kind="openai_http", base_url=native[1], upstream_model="up-model",
+                    OpenAIHTTPModel(name="fake", kind="openai_http", base_url=fake.base_url),
+                    OpenAIHTTPModel(name="broken", kind="openai_http", base_url=f"{up.url}/v1"),
+                    OpenAIHTTPModel(name="native", kind="openai_http", base_url=native[1], upstream_model="up-model",
                                   native_apis=["messages"])],
             auth=AuthSettings(enabled=True, keys_db=str(keys_db)),
         )
@@ -112,7 +108,7 @@ def test_final_assistant_turn_is_continued(url: str, secret: str) -> None:
 
 
 def test_cache_hits_replay_as_messages(fake: FakeUpstream) -> None:
-    settings = Settings(models=[ModelSettings(name="fake", kind="openai_http", base_url=fake.base_url)],
+    settings = Settings(models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=fake.base_url)],
                         cache=CacheSettings(exact=ExactCacheSettings(enabled=True), store="memory"))
     with LiveServer(build_app(settings)) as server:
         client = _client(server.url, "unused")

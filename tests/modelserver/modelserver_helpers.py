@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from blink.config import ModelSettings, Settings
-from blink.safety_config import ModelServerSettings, ServedModelSettings
+from blink.config.model_server import ModelServerSettings, ServedModelSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import Settings
 
 LABELS = ["safe", "toxic", "spam"]
 
 
 def model_server_settings(onnx_dir: Path, classifier: Path, **batching: object) -> Settings:
     return Settings(
-        models=[ModelSettings(name="fake", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
         cache={"semantic": {"onnx_dir": str(onnx_dir), "quantize": False}},
         model_server=ModelServerSettings(
             embeddings=True, max_inputs=64,

@@ -10,7 +10,8 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 
@@ -23,7 +24,7 @@ def upstream() -> Iterator[FakeUpstream]:
 
 
 def test_cache_and_router_share_one_embedding(upstream: FakeUpstream, onnx_dir: Path) -> None:
-    models = [ModelSettings(name=n, kind="openai_http", base_url=upstream.base_url) for n in ("small", "large")]
+    models = [OpenAIHTTPModel(name=n, kind="openai_http", base_url=upstream.base_url) for n in ("small", "large")]
     settings = Settings(
         models=models,
         routes=[{"name": "auto", "tiers": [{"name": "small", "replicas": ["small"]}, {"name": "large", "replicas": ["large"]}],

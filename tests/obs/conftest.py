@@ -9,7 +9,10 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, ObsSettings, ServerSettings, Settings
+from blink.config.gateway import ObsSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.obs.request_log import RequestLogger
 from blink.serve import build_app
 
@@ -31,7 +34,7 @@ def log_buffer() -> io.StringIO:
 def obs_gateway(obs_upstream: FakeUpstream, log_buffer: io.StringIO) -> Iterator[LiveServer]:
     settings = Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=obs_upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=obs_upstream.base_url, read_timeout_s=30)],
         obs=ObsSettings(request_log="off", log_prompts=True),
     )
     app = build_app(settings)

@@ -14,7 +14,9 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import CacheSettings, ExactCacheSettings, ModelSettings, ObsSettings, Settings
+from blink.config.gateway import CacheSettings, ExactCacheSettings, ObsSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import Settings
 from blink.obs.request_log import RequestLogger
 from blink.serve import build_app
 
@@ -22,7 +24,7 @@ from blink.serve import build_app
 @pytest.fixture(scope="module")
 def cached_gateway(obs_upstream: FakeUpstream) -> Iterator[tuple[str, io.StringIO]]:
     settings = Settings(
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=obs_upstream.base_url)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=obs_upstream.base_url)],
         cache=CacheSettings(exact=ExactCacheSettings(enabled=True), store="memory"),
         obs=ObsSettings(request_log="off"),
     )

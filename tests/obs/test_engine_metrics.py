@@ -12,7 +12,10 @@ import pytest
 from live_server import LiveServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from blink.config import ModelSettings, ObsSettings, ServerSettings, Settings
+from blink.config.gateway import ObsSettings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
 
 MODEL = "tiny"
@@ -22,7 +25,7 @@ MODEL = "tiny"
 def embedded_gateway(tiny_llama: Path) -> Iterator[str]:
     settings = Settings(
         server=ServerSettings(max_concurrent_streams=8),
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
                               max_model_len=256)],
         obs=ObsSettings(request_log="off"),
     )

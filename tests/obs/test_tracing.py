@@ -11,7 +11,9 @@ from live_server import LiveServer
 from otlp_receiver import OTLPReceiver, attrs
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, ObsSettings, Settings
+from blink.config.gateway import ObsSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import Settings
 from blink.obs.observer import Observability
 from blink.obs.setup import build_observability
 from blink.serve import build_app
@@ -27,7 +29,7 @@ def receiver() -> Iterator[tuple[OTLPReceiver, str]]:
 def test_request_produces_genai_span_tree(receiver: tuple[OTLPReceiver, str], obs_upstream: FakeUpstream) -> None:
     rec, url = receiver
     settings = Settings(
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=obs_upstream.base_url)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=obs_upstream.base_url)],
         obs=ObsSettings(otlp_endpoint=url, request_log="off"),
     )
     parent_trace = "0af7651916cd43dd8448eb211c80319c"

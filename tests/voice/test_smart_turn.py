@@ -186,9 +186,9 @@ async def test_the_real_model_ends_a_finished_question_at_the_hang(smart_turn: S
 
 async def test_voice_smart_turn_pipecat_builds_sessions_whose_turn_stage_asks_the_model(
         smart_turn_path: Path, tiny_backend: EmbeddedBackend) -> None:
+    from blink.config.voice import VoiceSettings
     from blink.voice.build import build_voice_agent
     from blink.voice.turn import TurnStage as Stage
-    from blink.voice_config import VoiceSettings
 
     # An installed pipecat-ai's own file wins; without one, the fetched copy.
     assert resolve_smart_turn("pipecat") == (installed_model() or smart_turn_path)

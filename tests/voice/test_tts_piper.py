@@ -17,14 +17,15 @@ from voice_helpers import run_stage
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from blink.config import ModelSettings, Settings
+from blink.config.models import EmbeddedModel, OpenAIHTTPModel
+from blink.config.settings import Settings
+from blink.config.voice import VoiceSettings
 from blink.serve import build_app
 from blink.voice.build import build_synthesizer
 from blink.voice.frames import SAMPLE_RATE, AudioOutFrame, InterruptFrame, TextDeltaFrame, TextEndFrame
 from blink.voice.stt import WhisperTranscriber
 from blink.voice.tts import TtsStage
 from blink.voice.tts_piper import PiperSynthesizer
-from blink.voice_config import VoiceSettings
 
 # 40 ms of 16 kHz PCM16 per message, sent 4x faster than real time (as tests/voice/test_websocket.py).
 CHUNK, CHUNK_GAP_S = 1280, 0.01
@@ -116,7 +117,7 @@ async def _exchange(ws: ClientConnection, pcm: bytes) -> list[dict[str, Any] | b
 
 async def test_a_spoken_question_gets_piper_audio_over_the_socket(tiny_qwen2: Path) -> None:
     settings = Settings(
-        models=[ModelSettings(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=512)],
         # Short answers: the random model rambles, and every clause of it is a Piper call.
         voice={"enabled": True, "tts": "piper", "max_tokens": 24, "temperature": 0.0, "stt_partial_every_s": 0},
@@ -140,7 +141,7 @@ async def test_a_spoken_question_gets_piper_audio_over_the_socket(tiny_qwen2: Pa
 
 
 async def test_voice_with_a_missing_piper_voice_says_why_and_closes(tmp_path: Path) -> None:
-    settings = Settings(models=[ModelSettings(name="up", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
+    settings = Settings(models=[OpenAIHTTPModel(name="up", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
                         voice={"enabled": True, "tts": "piper", "tts_piper_voice": str(tmp_path / "nobody.onnx")})
     with LiveServer(build_app(settings)) as server:  # the server starts all the same
         async with connect(f"ws://127.0.0.1:{server.port}/v1/voice") as ws:

@@ -22,7 +22,9 @@ from websockets.exceptions import ConnectionClosed
 
 from blink.backends.base import Backend
 from blink.cli import app as cli_app
-from blink.config import AuthSettings, ModelSettings, Settings
+from blink.config.gateway import AuthSettings
+from blink.config.models import EmbeddedModel, OpenAIHTTPModel
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 
@@ -38,7 +40,7 @@ MAX_CHUNK = 4096
 @pytest.fixture(scope="module")
 def served(tiny_qwen2: Path) -> Iterator[tuple[str, Backend]]:
     settings = Settings(
-        models=[ModelSettings(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name=MODEL, kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=512)],
         # A long greedy answer: the random model is still talking when the barge-in test cuts in.
         # Streaming partial transcripts stay on (every 0.6 s of speech), as deployed.
@@ -207,7 +209,7 @@ async def test_an_unknown_message_type_is_reported_and_the_session_goes_on(serve
 ])
 async def test_voice_off_or_unavailable_says_why_and_closes(
         voice: dict[str, Any], close_code: int, error_type: str) -> None:
-    settings = Settings(models=[ModelSettings(name="up", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
+    settings = Settings(models=[OpenAIHTTPModel(name="up", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
                         voice=voice)
     with LiveServer(build_app(settings)) as server:
         code, items = await _refused(f"ws://127.0.0.1:{server.port}/v1/voice")
@@ -233,7 +235,7 @@ def test_blink_voice_plays_a_wav_file_and_prints_transcript_and_timings(
 async def test_api_keys_and_session_limits_guard_the_voice_socket(tmp_path: Path) -> None:
     keys_db = tmp_path / "keys.db"
     _, secret = ApiKeyStore(keys_db).create("acme")
-    settings = Settings(models=[ModelSettings(name="up", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
+    settings = Settings(models=[OpenAIHTTPModel(name="up", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
                         auth=AuthSettings(enabled=True, keys_db=str(keys_db)),
                         voice={"enabled": True, "max_sessions": 1, "max_session_s": 2})
     with LiveServer(build_app(settings)) as server:

@@ -1,7 +1,7 @@
 """Build and load ``torch.ops.blink.decode_attention_cpu`` (decode_attention.cpp, prefill_attention.cpp) on demand.
 
 The eager decode path uses it for bf16 caches on AVX-512 CPUs; anything missing (another CPU,
-no compiler, a failed build, ``BLINK_DECODE_ATTENTION=sdpa``) keeps the gather + SDPA path, so
+no compiler, a failed build, ``decode_attention_kernel: false``) keeps the gather + SDPA path, so
 engine start never fails for want of a compiler. Built once per machine by
 ``torch.utils.cpp_extension.load`` (cached in torch's extensions directory).
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from pathlib import Path
 
 import torch
@@ -19,8 +18,6 @@ from blink.engine.kernels.build import build_where_avx512, load_extension
 
 log = logging.getLogger(__name__)
 
-# ``BLINK_DECODE_ATTENTION=sdpa`` turns the kernel off (A/B benchmarks, the fallback test).
-ENV_SWITCH = "BLINK_DECODE_ATTENTION"
 _SOURCES = [Path(__file__).with_name(name) for name in ("decode_attention.cpp", "prefill_attention.cpp")]
 
 
@@ -79,8 +76,6 @@ def _build() -> bool:
 
 def decode_kernel_available() -> bool:
     """True when ``torch.ops.blink.decode_attention_cpu`` can be used (builds it on first call)."""
-    if os.environ.get(ENV_SWITCH, "").lower() == "sdpa":
-        return False
     return build_where_avx512("decode attention kernel", "using SDPA", _build)
 
 

@@ -10,7 +10,7 @@ wrapper, ~100 small OpenMP regions per step): see decode_step.cpp for the measur
 Only a Llama-family model (checked by its attributes) in bf16 on an AVX-512 CPU, with every
 linear an int8 weight-only layer without padding, is eligible; its KV cache may be bf16, fp8 or
 int8 (``kv_cache_dtype``: written and read as the eager path does, decode_attention.h). Anything missing (another model
-or dtype, no AVX-512, no compiler, a failed build, ``BLINK_FUSED_DECODE=off``) logs one line
+or dtype, no AVX-512, no compiler, a failed build, ``fused_decode: false``) logs one line
 and the engine keeps its other decode paths.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,8 +35,6 @@ log = logging.getLogger(__name__)
 # (benchmarks/decode_compile.py --batch N, alternating, loaded machine) 1.34x tok/s at 16 rows,
 # 1.07x (CPU per token 1.01x) at 32, 0.32x (CPU 0.74x) at 64.
 MAX_ROWS = 32
-# ``BLINK_FUSED_DECODE=off`` turns the fused step off (A/B benchmarks, the fallback test).
-ENV_SWITCH = "BLINK_FUSED_DECODE"
 _SOURCE = Path(__file__).with_name("decode_step.cpp")
 # The shared int8 matmul kernel the step is built on (engineer-owned header; see decode_step.cpp).
 _MATMUL_HEADER = Path(__file__).with_name("int8_matmul.h")
@@ -56,9 +53,6 @@ def _build() -> bool:
 
 def fused_decode_available() -> bool:
     """True when ``torch.classes.blink.DecodeStep`` can be used (builds it on the first call)."""
-    if os.environ.get(ENV_SWITCH, "").lower() == "off":
-        log.info("fused decode step switched off (%s=off)", ENV_SWITCH)
-        return False
     return build_where_avx512("fused decode step", "per-op decode path", _build)
 
 

@@ -6,7 +6,7 @@ aten's ``_weight_int8pack_mm`` is the bottleneck of batch-1 decode (68% of a ste
 torch's extensions directory) and registered with ``TORCH_LIBRARY_FRAGMENT`` plus a fake impl, so
 ``torch.compile`` calls it as an extern op inside the frozen decode graph.
 
-Anything missing (no AVX-512, no compiler, a failed build, ``BLINK_INT8_KERNEL=aten``) means the
+Anything missing (no AVX-512, no compiler, a failed build, ``int8_kernel: false``) means the
 caller keeps aten's op: engine start never fails for want of a compiler.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from pathlib import Path
 
 import torch
@@ -25,8 +24,6 @@ log = logging.getLogger(__name__)
 
 # Activation rows the kernel serves: int8_matmul.h's kMaxRows.
 MAX_ROWS = 64
-# ``BLINK_INT8_KERNEL=aten`` turns the kernel off (A/B benchmarks, the fallback test).
-ENV_SWITCH = "BLINK_INT8_KERNEL"
 _SOURCE = Path(__file__).with_name("int8_gemv.cpp")  # includes int8_matmul.h
 
 
@@ -46,6 +43,4 @@ def _build() -> bool:
 
 def int8_gemv_available() -> bool:
     """True when ``torch.ops.blink.int8_gemv`` can be used (builds it on the first call)."""
-    if os.environ.get(ENV_SWITCH, "").lower() == "aten":
-        return False
     return build_where_avx512("int8 GEMV kernel", "using aten", _build)

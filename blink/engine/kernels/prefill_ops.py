@@ -8,14 +8,13 @@ pass over the rows, rounding at eager's points (see prefill_ops.cpp), so a layer
 
 They serve CPU bf16 tensors in eager mode only: fp32 models keep aten's exact path, and a graph
 being compiled keeps aten's ops (Inductor fuses those itself). Anything missing (no AVX-512, no
-compiler, a failed build, ``BLINK_PREFILL_OPS=aten``) means ``None``: the caller's aten path.
+compiler, a failed build, ``prefill_ops: false``) means ``None``: the caller's aten path.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
 from pathlib import Path
 
 import torch
@@ -24,8 +23,6 @@ from blink.engine.kernels.build import build_where_avx512, load_extension
 
 log = logging.getLogger(__name__)
 
-# ``BLINK_PREFILL_OPS=aten`` turns the kernels off (A/B benchmarks, the fallback test).
-ENV_SWITCH = "BLINK_PREFILL_OPS"
 _SOURCE = Path(__file__).with_name("prefill_ops.cpp")  # includes rms_norm.h, simd_exp.h
 
 
@@ -55,8 +52,6 @@ def _build() -> bool:
 
 def prefill_ops_available() -> bool:
     """True when the ops can be used (builds them on the first call)."""
-    if os.environ.get(ENV_SWITCH, "").lower() == "aten":
-        return False
     return _usable_here()
 
 

@@ -8,7 +8,7 @@ GEMM saved (4.35 ms in all). ``w8a8.cpp`` does each in one pass over its tensor.
 shape constraints on the CPU in this torch (any M, K, N, checked down to 1; CUDA's needs M > 16
 and K, N multiples of 8), so every many-row call can take this path.
 
-Anything missing (no AVX-512, no compiler, a failed build, ``BLINK_W8A8_KERNEL=off``) means
+Anything missing (no AVX-512, no compiler, a failed build, ``w8a8_kernel: false``) means
 the caller keeps the weight-only int8 path: engine start never fails for want of a compiler.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from pathlib import Path
 
 import torch
@@ -25,8 +24,6 @@ from blink.engine.kernels.build import build_where_avx512, load_extension
 
 log = logging.getLogger(__name__)
 
-# ``BLINK_W8A8_KERNEL=off`` turns the W8A8 path off (A/B benchmarks, the fallback test).
-ENV_SWITCH = "BLINK_W8A8_KERNEL"
 _SOURCE = Path(__file__).with_name("w8a8.cpp")
 # No FMA contraction, so dequant_rows rounds each step as documented (tests compare bit for bit).
 _EXTRA_CFLAGS = ["-ffp-contract=off"]
@@ -78,8 +75,6 @@ def _int_mm_serves_our_shapes() -> bool:
 def w8a8_available() -> bool:
     """True when ``torch.ops.blink.quantize_rows``/``dequant_rows`` can be used (builds them on
     the first call)."""
-    if os.environ.get(ENV_SWITCH, "").lower() == "off":
-        return False
     return build_where_avx512("W8A8 kernels", "int8-w8a8 runs as int8", _build)
 
 

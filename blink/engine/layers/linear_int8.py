@@ -177,7 +177,10 @@ class Int8Linear(nn.Module):
         return y if self.float_output else y.to(x.dtype)
 
 
-def quantize_model(model: nn.Module, mode: str, input_ranges: dict[str, torch.Tensor] | None = None) -> int:
+def quantize_model(
+    model: nn.Module, mode: str, input_ranges: dict[str, torch.Tensor] | None = None, *,
+    int8_kernel: bool = True, w8a8_kernel: bool = True,
+) -> int:
     """Swap every module that declares ``quantizable_linear`` for an :class:`Int8Linear`.
 
     Returns how many were replaced. ``"none"`` leaves the model as loaded. A tied LM head gets
@@ -185,7 +188,8 @@ def quantize_model(model: nn.Module, mode: str, input_ranges: dict[str, torch.Te
     decode-row kernel is built here (engine start, before warm-up) when the machine supports it.
     ``input_ranges`` (module name -> per-input-channel ``max |x|`` from a calibration forward,
     layers/smoothing.py) smooths the W8A8 path of the layers it names; other modes ignore it,
-    since only W8A8 quantizes activations.
+    since only W8A8 quantizes activations. ``int8_kernel`` / ``w8a8_kernel`` (EngineConfig's fields)
+    turn Blink's kernels off where they would otherwise be used.
     """
     if mode not in QUANTIZATION_MODES:
         raise EngineError(f"unknown quantization {mode!r}; expected one of {', '.join(QUANTIZATION_MODES)}")
@@ -199,9 +203,9 @@ def quantize_model(model: nn.Module, mode: str, input_ranges: dict[str, torch.Te
         if getattr(module, "quantizable_linear", False) and name
     ]
     cpu = bool(targets) and targets[0][1].weight.device.type == "cpu"  # type: ignore[union-attr]
-    gemv = cpu and int8_gemv_available()
+    gemv = cpu and int8_kernel and int8_gemv_available()
     # Without the W8A8 kernels (or off the CPU) "int8-w8a8" runs exactly as "int8".
-    w8a8 = mode == "int8-w8a8" and cpu and w8a8_available()
+    w8a8 = mode == "int8-w8a8" and cpu and w8a8_kernel and w8a8_available()
     if mode == "int8-w8a8" and not w8a8:
         log.warning("int8-w8a8: W8A8 kernels unavailable here; many-row calls use the int8 weight-only path")
     for name, module in targets:

@@ -22,6 +22,8 @@ class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.eps = eps
+        # EngineConfig.prefill_ops, set by the model runner: False keeps aten's ops.
+        self.fused_ops = True
         self.weight = nn.Parameter(torch.ones(hidden_size))
 
     def _norm(self, x: torch.Tensor) -> torch.Tensor:
@@ -33,7 +35,7 @@ class RMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        fused = prefill_ops.rms_norm(x, residual, self.weight, self.eps)
+        fused = prefill_ops.rms_norm(x, residual, self.weight, self.eps) if self.fused_ops else None
         if fused is not None:
             return fused
         if residual is None:

@@ -115,10 +115,12 @@ class LlamaMLP(nn.Module):
         size = shape.intermediate_size
         self.gate_up_proj = MergedLinear(shape.hidden_size, {"gate": size, "up": size}, bias=shape.mlp_bias)
         self.down_proj = Linear(size, shape.hidden_size, bias=shape.mlp_bias)
+        # EngineConfig.prefill_ops, set by the model runner: False keeps aten's ops.
+        self.fused_ops = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = self.gate_up_proj(x)
-        act = silu_mul(gate_up)  # one fused pass for bf16 on the CPU, else None
+        act = silu_mul(gate_up) if self.fused_ops else None  # one fused pass for bf16 on the CPU, else None
         if act is None:
             gate, up = gate_up.chunk(2, dim=-1)
             act = F.silu(gate) * up

@@ -10,7 +10,6 @@ it), so a shared block is never read stale.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence as Seq
 
 import torch
@@ -25,13 +24,12 @@ from blink.engine.spec_decode.proposer import Proposal
 
 class DraftModelProposer:
     def __init__(self, config: EngineConfig, target: ModelRunner) -> None:
-        draft_config = dataclasses.replace(
-            config,
-            model=str(config.speculative_draft_model),
-            speculative=None,
-            max_model_len=target.max_model_len,
-            threads=0,  # the target runner already set the process's threads
-        )
+        draft_config = EngineConfig.model_validate(config.engine_fields() | {
+            "model": str(config.speculative_draft_model),
+            "speculative": "none",
+            "max_model_len": target.max_model_len,
+            "threads": 0,  # the target runner already set the process's threads
+        })
         self.runner = ModelRunner(draft_config, num_blocks=target.num_blocks)
         if self.runner.vocab_size != target.vocab_size:
             raise EngineError(

@@ -18,6 +18,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from blink.config.batch import BatchSettings
 from blink.gateway.batch.access import Caller, caller_of
 from blink.gateway.batch.jsonl import ENDPOINTS, iter_lines, parse_lines
 from blink.gateway.batch.runner import BatchRunner, new_file_id
@@ -25,7 +26,6 @@ from blink.gateway.batch.store import CHUNK_BYTES, BatchRecord, BatchStore, File
 from blink.gateway.dispatch import Routes
 from blink.gateway.request_parsing import parse_json_object, require_json
 from blink.protocol.errors import InvalidRequestError, NotFoundError, RequestTooLargeError
-from blink.throughput_config import BatchSettings
 
 # OpenAI's only completion window; the job itself runs as soon as capacity allows.
 _WINDOW = "24h"

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from blink.config import SemanticCacheSettings
+from blink.config.gateway import SemanticCacheSettings
 from blink.gateway.cache import lexicon, synonyms
 from blink.gateway.cache.guard import same_answer
 

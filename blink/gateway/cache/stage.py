@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from blink.backends.base import GenerationRequest
-from blink.config import CacheSettings
+from blink.config.gateway import CacheSettings
 from blink.gateway.cache import keys
 from blink.gateway.cache.entry import CachedChoice, CachedResponse
 from blink.gateway.cache.store import CacheStore

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from blink.backends.base import Backend, Delta, GenerationRequest, StreamFn
-from blink.compression_config import CompressionSettings
+from blink.config.compression import CompressionSettings
 from blink.gateway.compression.metrics import CompressionStats
 from blink.gateway.compression.scorer import SelfInformationScorer
 from blink.gateway.compression.selection import select_words

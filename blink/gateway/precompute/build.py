@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from blink.config import Settings
+from blink.config.settings import Settings
 from blink.gateway.auth import KeyStore
 from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.precompute.metrics import PrecomputeCollector

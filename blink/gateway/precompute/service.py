@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import orjson
 
 from blink.backends.base import GenerationRequest
+from blink.config.precompute import PrecomputeSettings
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import ApiKey
 from blink.gateway.cache import keys
@@ -33,7 +34,6 @@ from blink.gateway.precompute.metrics import PrecomputeStats
 from blink.gateway.precompute.recipe import CHAT, COMPLETIONS, Recipe
 from blink.gateway.precompute.runner import JobResult
 from blink.gateway.precompute.storage import LiveEntries
-from blink.precompute_config import PrecomputeSettings
 
 log = logging.getLogger("blink.gateway.precompute")
 

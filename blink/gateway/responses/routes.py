@@ -18,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from blink.backends.base import Delta, GenerationRequest
-from blink.config import ServerSettings
+from blink.config.responses import ResponsesSettings
+from blink.config.server import ServerSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey
 from blink.gateway.batch.access import Caller, caller_of
 from blink.gateway.cache.entry import CachedResponse
@@ -36,7 +37,6 @@ from blink.gateway.responses.translate import translate
 from blink.obs import annotate, lap
 from blink.protocol.errors import InvalidRequestError, NotFoundError
 from blink.protocol.responses import ResponsesRequest
-from blink.responses_config import ResponsesSettings
 
 # OpenAI's page size bounds for list endpoints.
 _MAX_PAGE = 100

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from blink.config import ServerSettings
+from blink.config.responses import ResponsesSettings
+from blink.config.server import ServerSettings
 from blink.gateway.dispatch import Routes
 from blink.gateway.responses.routes import build_responses_router
 from blink.gateway.responses.store import ResponseStore, postgres_response_store, sqlite_response_store
 from blink.gateway.responses.write_behind import WriteBehindResponseStore
-from blink.responses_config import ResponsesSettings
 
 
 class ResponsesService:

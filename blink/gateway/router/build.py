@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from blink.backends.base import Backend
+from blink.config.routing import ClassifierSettings, RouteSettings
 from blink.gateway.resilience.admission import AdmissionConfig
 from blink.gateway.resilience.breaker import BreakerConfig
 from blink.gateway.resilience.hedge import HedgeConfig
@@ -20,7 +21,6 @@ from blink.gateway.router.policy import RoutingPolicy
 from blink.gateway.router.routed import RoutedBackend, RoutedConfig
 from blink.gateway.router.rules import Rule, RulesPolicy
 from blink.gateway.router.tier import Tier
-from blink.routing_config import ClassifierSettings, RouteSettings
 
 
 def default_embedder(settings: ClassifierSettings) -> Embedder:

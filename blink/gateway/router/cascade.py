@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from blink.backends.base import Delta, GenerationRequest
+from blink.config.routing import DEFAULT_MIN_MEAN_LOGPROB, DEFAULT_PROBE_TOKENS
 from blink.gateway.router.policy import Route, TierView
-from blink.routing_config import DEFAULT_MIN_MEAN_LOGPROB, DEFAULT_PROBE_TOKENS
 
 
 @dataclass(slots=True)

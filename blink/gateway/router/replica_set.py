@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator, Callable
 import aiohttp
 
 from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard
+from blink.config.discovery import DiscoverySettings
 from blink.gateway.router.discovery import ReplicaSource, origin
 from blink.gateway.router.routed import RoutedBackend, RoutedConfig
 from blink.gateway.router.tier import Replica, Tier
-from blink.scaleout_config import DiscoverySettings
 
 log = logging.getLogger("blink.discovery")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from blink.config.safety import SafetySettings
 from blink.gateway.safety.checks import Check, PiiCheck, RuleCheck
 from blink.gateway.safety.classifier_check import ClassifierCheck
 from blink.gateway.safety.pipeline import SafetyPipeline
@@ -9,7 +10,6 @@ from blink.gateway.safety.profanity_check import ProfanityCheck, profanity_avail
 from blink.gateway.safety.stage import SafetyStage
 from blink.gateway.safety.webhook import Webhook
 from blink.modelserver.server import ModelServer
-from blink.safety_config import SafetySettings
 
 
 def build_pipeline(s: SafetySettings, models: ModelServer | None, endpoint: bool = False) -> SafetyPipeline:

@@ -13,7 +13,6 @@ import pytest
 
 from blink.engine.config import EngineConfig
 from blink.engine.kernels.build import cpu_has_avx512
-from blink.engine.kernels.decode_step import ENV_SWITCH
 from blink.engine.llm_engine import LLMEngine
 from blink.engine.sampling_params import SamplingParams
 
@@ -68,7 +67,7 @@ def test_greedy_identical_through_the_fused_step(arch: str, method: str, request
 def test_speculation_without_the_fused_step(tiny_llama: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """BLINK_FUSED_DECODE=off: verification runs the eager forward and still produces the full,
     well-formed output (bf16 eager rounds a span unlike one-row steps, so identity is not claimed)."""
-    monkeypatch.setenv(ENV_SWITCH, "off")
+    monkeypatch.setenv("BLINK_FUSED_DECODE", "off")
     on = _engine(tiny_llama, speculative="ngram", num_speculative_tokens=4)
     assert not on.runner.fused_decode
     outputs = on.generate(_prompts(4, seed=4), GREEDY)

@@ -19,10 +19,12 @@ from batch_helpers import chat_line, jsonl, read_jsonl, wait_batch
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ModelSettings, Settings
+from blink.config.batch import BatchSettings
+from blink.config.gateway import AuthSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import Settings
 from blink.gateway.auth import SCOPE_ADMIN, ApiKeyStore
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings
 
 
 @dataclass
@@ -37,7 +39,7 @@ class Keys:
 def server(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Path]]:
     tmp = tmp_path_factory.mktemp("batch-access")
     settings = Settings(
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url)],
         auth=AuthSettings(enabled=True, keys_db=str(tmp / "keys.db")),
         batch=BatchSettings(path=str(tmp / "batch.db"), max_concurrency=4),
     )

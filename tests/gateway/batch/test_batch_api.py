@@ -15,9 +15,11 @@ import pytest
 from batch_helpers import chat_line, jsonl, read_jsonl, wait_batch
 from live_server import LiveServer
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.batch import BatchSettings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,7 @@ def server(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     db = tmp_path_factory.mktemp("batch") / "batch.db"
     settings = Settings(
         server=ServerSettings(max_tokens_limit=64),
-        models=[ModelSettings(name="tiny", kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
+        models=[EmbeddedModel(name="tiny", kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
                               max_model_len=256, max_num_seqs=32)],
         batch=BatchSettings(path=str(db), max_concurrency=32),
     )

@@ -17,9 +17,11 @@ from typer.testing import CliRunner
 from upstream_server import FakeUpstream
 
 from blink.cli import app
-from blink.config import ModelSettings, Settings
+from blink.config.batch import BatchSettings
+from blink.config.cost import CostSettings, ModelPrice
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import Settings
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings, CostSettings, ModelPrice
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +31,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServ
     with LiveServer(up) as upstream:
         up.base_url = f"{upstream.url}/v1"
         settings = Settings(
-            models=[ModelSettings(name="fake", kind="openai_http", base_url=up.base_url, read_timeout_s=30)],
+            models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=up.base_url, read_timeout_s=30)],
             batch=BatchSettings(path=str(tmp / "batch.db")),
             cost=CostSettings(prices={"fake": ModelPrice(input=1.0, output=2.0)}, path=str(tmp / "usage.db")),
         )

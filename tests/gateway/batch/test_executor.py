@@ -20,7 +20,11 @@ from batch_helpers import chat_line, jsonl, read_jsonl, wait_batch
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ModelSettings, RateLimitSettings, Settings
+from blink.config.batch import BatchSettings
+from blink.config.cost import CostSettings, ModelPrice
+from blink.config.gateway import AuthSettings, RateLimitSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKey, ApiKeyStore
 from blink.gateway.batch.executor import PipelineLineExecutor
 from blink.gateway.front import GatewayFront
@@ -28,7 +32,6 @@ from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.ratelimit import RateLimiter
 from blink.gateway.sequence_quota import SequenceQuota
 from blink.serve import build_app, build_registry
-from blink.throughput_config import BatchSettings, CostSettings, ModelPrice
 
 CHAT = "/v1/chat/completions"
 BLOCKED = "tell me about the forbidden fruit"
@@ -36,8 +39,8 @@ BLOCKED = "tell me about the forbidden fruit"
 
 def _settings(upstream: FakeUpstream, tmp: Path, budgets: dict[str, float] | None = None) -> Settings:
     return Settings(
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30),
-                ModelSettings(name="other", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30),
+                OpenAIHTTPModel(name="other", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         auth=AuthSettings(enabled=True, keys_db=str(tmp / "keys.db")),
         batch=BatchSettings(path=str(tmp / "batch.db"), max_concurrency=4),
         cost=CostSettings(prices={"fake": ModelPrice(input=1000, output=3000)},

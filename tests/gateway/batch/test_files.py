@@ -16,10 +16,12 @@ from batch_helpers import chat_line, jsonl, wait_batch
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ModelSettings, Settings
+from blink.config.batch import BatchSettings
+from blink.config.gateway import AuthSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings
 
 MAX_FILE = 64 * 1024
 QUOTA = 100 * 1024
@@ -30,7 +32,7 @@ RETENTION_S = 3600
 def server(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Path]]:
     tmp = tmp_path_factory.mktemp("batch-files")
     settings = Settings(
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url)],
         auth=AuthSettings(enabled=True, keys_db=str(tmp / "keys.db")),
         batch=BatchSettings(path=str(tmp / "batch.db"), max_file_bytes=MAX_FILE, max_lines=500,
                             storage_quota_bytes=QUOTA, file_retention_s=RETENTION_S, min_expires_after_s=1,

@@ -11,11 +11,12 @@ from batch_helpers import chat_line, jsonl, read_jsonl, wait_batch
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, Settings
+from blink.config.batch import BatchSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import Settings
 from blink.gateway.batch.executor import LineResult
 from blink.gateway.batch.runner import retryable
 from blink.serve import build_app
-from blink.throughput_config import BatchSettings
 
 LINES = 6
 
@@ -30,7 +31,7 @@ def flaky() -> Iterator[FakeUpstream]:
 
 def _gateway(flaky: FakeUpstream, tmp: str, retry_s: float) -> LiveServer:
     settings = Settings(
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=flaky.base_url)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=flaky.base_url)],
         batch=BatchSettings(path=f"{tmp}/batch.db", max_concurrency=2, line_retry_s=retry_s),
     )
     return LiveServer(build_app(settings))

@@ -11,7 +11,10 @@ from typing import Any
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.config.gateway import CacheSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.dispatch import GatewayApp
 from blink.serve import build_app
 
@@ -19,7 +22,7 @@ from blink.serve import build_app
 def cache_settings(upstream: FakeUpstream, cache: dict[str, Any], **extra: Any) -> Settings:
     return Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         cache=CacheSettings.model_validate(cache),
         **extra,
     )

@@ -119,7 +119,7 @@ def test_failed_lookup_cancels_the_started_call(upstream: FakeUpstream, onnx_dir
                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
     """The embedder times out (a 1 us queue timeout: every input is already late): the client gets
     the typed 504, and the call the head start opened is cut, not left running."""
-    from blink.safety_config import ModelServerSettings
+    from blink.config.model_server import ModelServerSettings
 
     settings = cache_settings(upstream, {
         "semantic": {"enabled": True, "onnx_dir": str(onnx_dir), "head_start": True},

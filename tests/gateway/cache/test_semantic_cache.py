@@ -13,7 +13,10 @@ from cache_helpers import wait_entries
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.config.gateway import AuthSettings, CacheSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import ApiKeyStore
 from blink.serve import build_app
 
@@ -37,7 +40,7 @@ def semantic(upstream: FakeUpstream, onnx_dir: Path, keys: tuple[Path, str, str]
     })
     settings = Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url)],
         auth=AuthSettings(enabled=True, keys_db=str(keys[0])),
         cache=cache,
     )

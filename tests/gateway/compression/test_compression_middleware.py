@@ -13,10 +13,12 @@ from live_server import LiveServer
 from pydantic import ValidationError
 from upstream_server import FakeUpstream
 
-from blink.compression_config import CompressionSettings
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.compression import CompressionSettings
+from blink.config.cost import CostSettings, ModelPrice
+from blink.config.models import EmbeddedModel, OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.serve import build_app
-from blink.throughput_config import CostSettings, ModelPrice
 
 DOCUMENT = (
     "The quarterly report of the northern warehouse lists every shipment that left the loading dock "
@@ -39,9 +41,9 @@ def stack(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         settings = Settings(
             server=ServerSettings(max_tokens_limit=64),
             models=[
-                ModelSettings(name="scorer", kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
+                EmbeddedModel(name="scorer", kind="embedded", model=str(tiny_llama), dtype="float32", threads=1,
                               max_model_len=2048, max_num_seqs=8),
-                ModelSettings(name="big", kind="openai_http", base_url=f"{upstream.url}/v1", read_timeout_s=30,
+                OpenAIHTTPModel(name="big", kind="openai_http", base_url=f"{upstream.url}/v1", read_timeout_s=30,
                               compression=CompressionSettings(scorer="scorer", ratio=2.0, min_chars=64)),
             ],
             default_model="big",
@@ -108,9 +110,9 @@ def test_short_or_protected_requests_pass_unchanged(stack: tuple[LiveServer, Fak
 
 
 def test_compression_needs_an_embedded_scorer_and_an_upstream_tier() -> None:
-    up = ModelSettings(name="big", kind="openai_http", base_url="http://127.0.0.1:9/v1",
+    up = OpenAIHTTPModel(name="big", kind="openai_http", base_url="http://127.0.0.1:9/v1",
                        compression=CompressionSettings(scorer="big"))
     with pytest.raises(ValidationError, match="compression.scorer"):
         Settings(models=[up])
     with pytest.raises(ValidationError, match="openai_http"):
-        ModelSettings(name="e", kind="embedded", compression=CompressionSettings(scorer="e"))
+        EmbeddedModel(name="e", kind="embedded", compression=CompressionSettings(scorer="e"))

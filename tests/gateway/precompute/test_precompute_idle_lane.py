@@ -19,7 +19,10 @@ import pytest
 from live_server import LiveServer
 from precompute_helpers import serving
 
-from blink.config import CacheSettings, ModelSettings, ServerSettings, Settings
+from blink.config.gateway import CacheSettings
+from blink.config.models import EmbeddedModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.dispatch import GatewayApp
 
 HOT = [{"role": "user", "content": "Tell me a long story about the sea."}]
@@ -31,7 +34,7 @@ JOB_TOKENS = 400
 def served(tiny_qwen2: Path) -> Iterator[tuple[LiveServer, GatewayApp]]:
     settings = Settings(
         server=ServerSettings(),
-        models=[ModelSettings(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
+        models=[EmbeddedModel(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
                               max_model_len=512)],
         cache=CacheSettings.model_validate({
             "exact": {"enabled": True}, "store": "memory",

@@ -15,7 +15,8 @@ from live_server import LiveServer
 from precompute_helpers import serving, upstream_settings
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, ServerSettings
+from blink.config.gateway import AuthSettings
+from blink.config.server import ServerSettings
 from blink.gateway.auth import ApiKeyStore
 from blink.gateway.dispatch import GatewayApp
 

@@ -22,10 +22,12 @@ from openai.types.responses.response_item_list import ResponseItemList
 from pydantic import TypeAdapter
 from upstream_server import FakeUpstream
 
-from blink.config import AuthSettings, CacheSettings, ExactCacheSettings, ModelSettings, Settings
+from blink.config.gateway import AuthSettings, CacheSettings, ExactCacheSettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.responses import ResponsesSettings
+from blink.config.settings import Settings
 from blink.gateway.auth import SCOPE_ADMIN, ApiKeyStore
 from blink.gateway.responses.items import MAX_INPUT_ITEMS
-from blink.responses_config import ResponsesSettings
 from blink.serve import build_app
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
@@ -48,7 +50,7 @@ class Keys:
 def _settings(upstream: FakeUpstream, tmp: Path, budget: int | None = 1024**3,
               write_behind_s: float | None = 0.05) -> Settings:
     return Settings(
-        models=[ModelSettings(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
+        models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=upstream.base_url, read_timeout_s=30)],
         auth=AuthSettings(enabled=True, keys_db=str(tmp / "keys.db")),
         responses=ResponsesSettings(path=str(tmp / "responses.db"), storage_budget_bytes=budget,
                                     write_behind_s=write_behind_s),

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from blink.config.responses import ResponsesSettings
 from blink.gateway.responses.store import SqlResponseStore, StoredResponse, sqlite_response_store
 from blink.gateway.responses.write_behind import WriteBehindResponseStore
-from blink.responses_config import ResponsesSettings
 
 # Long enough that nothing is flushed behind a test's back unless it asks.
 _NEVER_S = 3600.0

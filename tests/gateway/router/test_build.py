@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from blink.backends.openai_http import OpenAIHTTPBackend
-from blink.config import ConfigError, load_settings
+from blink.config.routing import ClassifierSettings
+from blink.config.settings import ConfigError, load_settings
 from blink.gateway.router.build import build_routed_backend
-from blink.routing_config import ClassifierSettings
 
 YAML = """
 models:

@@ -115,8 +115,8 @@ def test_a_negative_threshold_is_margin_zero() -> None:
 
 
 def test_the_route_settings_and_the_policy_share_the_calibrated_default() -> None:
+    from blink.config.routing import CascadeSettings
     from blink.gateway.router.cascade import CascadeConfig
-    from blink.routing_config import CascadeSettings
 
     settings, config = CascadeSettings(), CascadeConfig()
     assert (settings.probe_tokens, settings.min_mean_logprob) == (config.probe_tokens, config.min_mean_logprob)

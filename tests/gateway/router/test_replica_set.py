@@ -13,10 +13,12 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.config import ModelSettings, ServerSettings, Settings
+from blink.config.discovery import DiscoverySettings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.server import ServerSettings
+from blink.config.settings import Settings
 from blink.gateway.router.discovery import DnsSource, StaticSource
 from blink.gateway.router.replica_set import ReplicaSetBackend
-from blink.scaleout_config import DiscoverySettings
 from blink.serve import build_app
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -63,7 +65,7 @@ def test_static_replicas_balance_leave_on_failed_health_and_survive_a_dead_one(
 ) -> None:
     urls = [f"{s.url}/v1" for _, s in replicas]
     discovery = DiscoverySettings(replicas=urls[1:], health_interval_s=0.1, unhealthy_after=2)
-    model = ModelSettings(name="pool", kind="openai_http", base_url=urls[0], upstream_model="fake", discovery=discovery)
+    model = OpenAIHTTPModel(name="pool", kind="openai_http", base_url=urls[0], upstream_model="fake", discovery=discovery)
     app = build_app(Settings(server=ServerSettings(), models=[model]))
     with LiveServer(app) as gw:
         backend = app.state.registry.resolve("pool")
@@ -140,7 +142,7 @@ def test_dns_discovery_end_to_end_through_the_gateway(replicas: list[tuple[Switc
     leaves rotation, and every request is answered."""
     port = replicas[0][1].port
     discovery = DiscoverySettings(mode="dns", interval_s=0.5, health_interval_s=0.1)
-    model = ModelSettings(name="pool", kind="openai_http", base_url=f"dns://localhost:{port}/v1",
+    model = OpenAIHTTPModel(name="pool", kind="openai_http", base_url=f"dns://localhost:{port}/v1",
                           upstream_model="fake", discovery=discovery)
     app = build_app(Settings(server=ServerSettings(), models=[model]))
     with LiveServer(app) as gw:

@@ -6,9 +6,10 @@ from typing import Any
 
 from scripted_upstream import ScriptedUpstream
 
-from blink.config import ModelSettings, Settings
+from blink.config.models import OpenAIHTTPModel
+from blink.config.settings import Settings
 
 
 def safety_settings(up: ScriptedUpstream, **sections: Any) -> Settings:
-    return Settings(models=[ModelSettings(name="fake", kind="openai_http", base_url=up.base_url, read_timeout_s=30)],
+    return Settings(models=[OpenAIHTTPModel(name="fake", kind="openai_http", base_url=up.base_url, read_timeout_s=30)],
                     **sections)  # fmt: skip

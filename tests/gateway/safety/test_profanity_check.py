@@ -10,9 +10,9 @@ from live_server import LiveServer
 from safety_helpers import safety_settings
 from scripted_upstream import ScriptedUpstream
 
+from blink.config.safety import SafetySettings
 from blink.gateway.safety.build import build_pipeline
 from blink.gateway.safety.profanity_check import ProfanityCheck
-from blink.safety_config import SafetySettings
 from blink.serve import build_app
 
 PROFANE = "you are a fucking idiot and a piece of shit"

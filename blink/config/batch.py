@@ -1,7 +1,4 @@
-"""Settings of the throughput lane: the Batch API's job store and runner, and cost accounting.
-
-Kept out of ``config.py`` (which only adds the two sections) so the lane's knobs live together.
-"""
+"""Settings of the Batch API (``batch:``): its job store and runner."""
 
 from __future__ import annotations
 
@@ -41,24 +38,3 @@ class BatchSettings(BaseModel):
     line_retry_s: float = Field(3600.0, ge=0)
 
 
-class ModelPrice(BaseModel):
-    """USD per 1M tokens, as providers publish them."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: float = Field(0.0, ge=0.0)
-    output: float = Field(0.0, ge=0.0)
-    # Prompt tokens served from the prefix/prompt cache; None = billed at the input price.
-    cached_input: float | None = Field(None, ge=0.0)
-
-
-class CostSettings(BaseModel):
-    """Prices per model, per-key spend counters and optional monthly budgets."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    prices: dict[str, ModelPrice] = Field(default_factory=dict)
-    # Where spend counters persist (SQLite, WAL); "" keeps them in memory only.
-    path: str = "~/.blink/usage.db"
-    # Monthly budget in USD per key id ("*" = every key without its own entry); absent = none.
-    budgets: dict[str, float] = Field(default_factory=dict)
