@@ -85,3 +85,6 @@ class EngineConfig:
     # Grammar library for structured outputs: "llguidance" or "xgrammar"
     # (blink/engine/structured/grammar_engine.py; EBNF grammars always use xgrammar).
     structured_engine: str = "llguidance"
+    # Sample constrained rows before masking where that is exact (structured/lazy.py), filling a
+    # row's mask only when the grammar refuses its sample. False: always mask first (A/B runs).
+    structured_lazy_mask: bool = True
