@@ -259,7 +259,12 @@ class LLMEngine:
             sample_logits = logits if len(rows) == total else logits[rows]
             results = self._sample_each(sample_logits, seqs)
             if mask is not None and mask.lazy and self._masker is not None:
-                self._masker.count_lazy(*resample_refused(mask, logits, rows, seqs, results, self._sample_each))
+                try:
+                    self._masker.count_lazy(*resample_refused(mask, logits, rows, seqs, results, self._sample_each))
+                except Exception:  # only the lazily sampled requests fail, not the step
+                    log.exception("masking refused lazy samples failed")
+                    lazy_rows = {row for row, _ in mask.lazy}
+                    results = [None if row in lazy_rows else res for row, res in zip(rows, results, strict=True)]
             for seq, res in zip(seqs, results, strict=True):
                 state = self._requests.get(seq.request_id)
                 if state is None:  # aborted between schedule and now
