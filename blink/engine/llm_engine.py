@@ -9,7 +9,8 @@ log), and the step carries on for everyone else. Only the batched forward pass i
 
 Structured outputs (``SamplingParams.structured``): a request waits outside the scheduler until
 its grammar is compiled (``structured.compiler``, on its own thread); each step then masks its
-logit rows before sampling (``structured.masks``, filled during the forward), its speculative
+logit rows before sampling (``structured.masks``, filled during the forward; or, where that is
+exact, samples first and masks only a refused row: ``structured.lazy``), its speculative
 drafts are cut at the first one the grammar rejects, and every accepted token advances its
 grammar, which allows EOS only where the output is complete.
 """
@@ -44,6 +45,7 @@ from blink.engine.spec_decode.policy import SpecCounters
 from blink.engine.spec_decode.speculator import Speculator
 from blink.engine.stop import StopStringMatcher
 from blink.engine.structured.compiler import GrammarCompiler
+from blink.engine.structured.lazy import lazy_exact, resample_refused
 from blink.engine.structured.masks import GrammarMasker, StepMask
 from blink.engine.structured.matcher import GrammarState
 from blink.engine.structured.spec import native_message
@@ -188,6 +190,13 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return bool(self._requests)
 
+    def lazy_mask_counts(self) -> tuple[int, int]:
+        """Constrained samples drawn before masking (``structured.lazy``) so far, and how many of
+        them the grammar refused (each then cost a mask fill after the forward and a second draw)."""
+        if self._masker is None:
+            return 0, 0
+        return self._masker.lazy_checked, self._masker.lazy_refused
+
     def close(self) -> None:
         """Stop the grammar threads (if any were started); the engine is unusable afterwards."""
         if self._grammars is not None:
@@ -249,6 +258,13 @@ class LLMEngine:
             rows = [first_row[i] + counts[i] - 1 for i in plain]
             sample_logits = logits if len(rows) == total else logits[rows]
             results = self._sample_each(sample_logits, seqs)
+            if mask is not None and mask.lazy and self._masker is not None:
+                try:
+                    self._masker.count_lazy(*resample_refused(mask, logits, rows, seqs, results, self._sample_each))
+                except Exception:  # only the lazily sampled requests fail, not the step
+                    log.exception("masking refused lazy samples failed")
+                    lazy_rows = {row for row, _ in mask.lazy}
+                    results = [None if row in lazy_rows else res for row, res in zip(rows, results, strict=True)]
             for seq, res in zip(seqs, results, strict=True):
                 state = self._requests.get(seq.request_id)
                 if state is None:  # aborted between schedule and now
@@ -327,7 +343,10 @@ class LLMEngine:
                 del item.spec_token_ids[kept:]
                 mask.rows.extend(range(row, row + 1 + kept))
             elif grammar is not None:
-                deferred.append((row, grammar))
+                if self.config.structured_lazy_mask and lazy_exact(item.seq.params) and grammar.lazy.lazy_now():
+                    mask.lazy.append((row, grammar))  # sampled unmasked first (structured.lazy)
+                else:
+                    deferred.append((row, grammar))
             base += item.num_logits  # after any drafts were dropped
         self._masker.start(mask, deferred)
         return mask

@@ -15,4 +15,6 @@ The pieces, one job each:
   speculative drafts).
 - ``masks``: one step's bitmask, filled on a worker thread while the model runs, then applied to
   the logits before sampling.
+- ``lazy``: where it is exact (greedy, untruncated temperature sampling), a row is sampled before
+  any mask and masked only if the grammar refuses the sample.
 """

@@ -13,11 +13,12 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from blink.engine.structured.spec import SEPARATORS
 
 if TYPE_CHECKING:
     import llguidance
-    import torch
 
 # The same compact JSON as the xgrammar path (spec.SEPARATORS): no free whitespace for a small or
 # random model to loop in.
@@ -68,9 +69,12 @@ class LLGuidanceMatcher:
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int) -> None:
         if self._terminated:
             raise RuntimeError("the grammar has ended: no token may follow")
-        import llguidance.torch as llt
-
-        llt.fill_next_token_bitmask(self._m, bitmask, index)
+        # What llguidance.torch.fill_next_token_bitmask does, without importing that module: its
+        # torch.compile decorator loads torch._dynamo, seconds at the first constrained request.
+        row = bitmask[index]
+        if row.dtype != torch.int32 or not row.is_contiguous():
+            raise ValueError("a grammar mask row must be contiguous int32")
+        self._m.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
         if self._m.is_error():
             raise RuntimeError(self._m.get_error())
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -39,16 +39,27 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) 
 
 @dataclass
 class StepMask:
-    """The rows of this step's logits that a grammar constrains, and their allowed tokens."""
+    """The rows of this step's logits that a grammar constrains, and their allowed tokens.
+
+    ``rows`` are masked before sampling; ``lazy`` rows (``structured.lazy``) are sampled unmasked,
+    and only those whose sample the grammar refuses are masked afterwards (``mask_refused``).
+    """
 
     bitmask: torch.Tensor
     rows: list[int]
     filling: Future[None] | None = None
+    lazy: list[tuple[int, GrammarState]] = field(default_factory=list)
 
     def apply(self, logits: torch.Tensor) -> None:
         if self.filling is not None:
             self.filling.result()  # re-raises a fill failure: the step's caller handles it
         apply_bitmask(logits, self.bitmask, self.rows)
+
+    def mask_refused(self, logits: torch.Tensor, refused: list[tuple[int, GrammarState]]) -> None:
+        """Fill and apply the rows of lazy samples the grammar refused, here and now (the forward
+        is over: nothing left to overlap with)."""
+        _fill(self.bitmask, refused)
+        apply_bitmask(logits, self.bitmask, [row for row, _ in refused])
 
 
 class GrammarMasker:
@@ -57,6 +68,13 @@ class GrammarMasker:
     def __init__(self, vocab_size: int) -> None:
         self.vocab_size = vocab_size
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="blink-grammar-mask")
+        # Lazy rows whose unmasked sample was checked, and how many of those the grammar refused.
+        self.lazy_checked = 0
+        self.lazy_refused = 0
+
+    def count_lazy(self, checked: int, refused: int) -> None:
+        self.lazy_checked += checked
+        self.lazy_refused += refused
 
     def new_mask(self, max_rows: int) -> StepMask:
         """An all-allowed mask for up to ``max_rows`` logit rows; the caller may fill rows itself

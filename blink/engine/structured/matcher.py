@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from blink.engine.structured.lazy import LazyPolicy
+
 if TYPE_CHECKING:
     import torch
 
@@ -17,10 +19,21 @@ class GrammarState:
         self.matcher = compiled.new_matcher()
         # ANDed into every mask row (GrammarCompiler.extra_mask): tokens never allowed for this kind.
         self.extra_mask = extra_mask
+        # Whether this request's next step samples before masking (``lazy``).
+        self.lazy = LazyPolicy()
 
     def accept(self, token_id: int) -> bool:
         """Advance by one sampled token; False if the grammar forbids it (the mask should have)."""
         return bool(self.matcher.accept_token(token_id))
+
+    def allows(self, token_id: int) -> bool:
+        """Whether the grammar would accept ``token_id`` next; the state is left as it was."""
+        if self.extra_mask is not None and not (int(self.extra_mask[token_id >> 5]) >> (token_id & 31)) & 1:
+            return False
+        if not self.matcher.accept_token(token_id):
+            return False
+        self.matcher.rollback(1)
+        return True
 
     @property
     def terminated(self) -> bool:
