@@ -68,7 +68,7 @@ from blink.gateway.request_parsing import validate
 from blink.modelserver.build import batch_config
 from blink.modelserver.clients import EncoderClient
 from blink.modelserver.encoder import OnnxEncoder
-from blink.modelserver.server import ModelServer
+from blink.modelserver.server import ServedModels
 from blink.protocol.chat import ChatCompletionRequest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,12 +136,12 @@ async def _fill(settings: CacheSettings, pairs: list[dict[str, Any]], entries: i
     return exact, semantic
 
 
-async def _open_cache(settings: CacheSettings) -> tuple[ResponseCache, OnnxEncoder, ModelServer]:
+async def _open_cache(settings: CacheSettings) -> tuple[ResponseCache, OnnxEncoder, ServedModels]:
     """The cache as ``blink serve`` wires it: the model server's batched encoder as the embedder.
     Starting it loads the file and builds the HNSW graph."""
     sem = settings.semantic
     encoder = OnnxEncoder(sem.model, sem.onnx_dir, sem.quantize)
-    models = ModelServer()
+    models = ServedModels()
     client = EncoderClient(models.add_encoder(sem.model, encoder, batch_config(BatchingSettings())))
     store = SQLiteCacheStore(Path(settings.path), max_entries=10**7)
     cache = ResponseCache(store, settings, build_matcher(settings, client))

@@ -40,7 +40,7 @@ from blink.gateway.safety.build import build_pipeline, build_safety
 from blink.modelserver.build import build_model_server, cache_encoder_name, cache_needs_encoder
 from blink.modelserver.clients import EncoderClient
 from blink.modelserver.metrics import ModelServerCollector
-from blink.modelserver.server import ModelServer
+from blink.modelserver.server import ServedModels
 from blink.obs.metrics import GatewayMetrics
 from blink.voice_gateway import VoiceService
 
@@ -185,7 +185,7 @@ def build_app(settings: Settings) -> GatewayApp:
     models_router = None
     if models is not None or settings.safety.enabled:
         moderation = build_pipeline(settings.safety, models, endpoint=True)
-        models_router = build_models_router(models or ModelServer(), moderation, settings.model_server.max_inputs)
+        models_router = build_models_router(models or ServedModels(), moderation, settings.model_server.max_inputs)
     registry = build_registry(settings, encoder)
     cost = build_cost_tracker(settings.cost)
     key_store = build_key_store(settings)

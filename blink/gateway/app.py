@@ -21,7 +21,7 @@ from blink.gateway.messages_errors import AnthropicErrorMiddleware
 from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.routes import build_router
 from blink.gateway.sequence_quota import SequenceQuota
-from blink.modelserver.server import ModelServer
+from blink.modelserver.server import ServedModels
 from blink.obs.metrics import GatewayMetrics
 from blink.obs.middleware import ObservabilityMiddleware
 from blink.obs.setup import build_observability
@@ -45,7 +45,7 @@ def create_app(
     front: Callable[[GatewayMetrics], GatewayFront] | None = None,
     key_store: KeyStore | None = None,
     obs_settings: ObsSettings | None = None,
-    model_server: ModelServer | None = None,
+    model_server: ServedModels | None = None,
     models_router: Routes | None = None,
     services: Sequence[AppService] = (),
 ) -> GatewayApp:

@@ -17,7 +17,7 @@ from blink.gateway.model_inputs import check_token_counts, input_list
 from blink.gateway.request_parsing import parse_json_object, require_json, validate
 from blink.gateway.safety.pipeline import SafetyPipeline
 from blink.gateway.safety.verdict import Verdict
-from blink.modelserver.server import ModelServer, ServedModel
+from blink.modelserver.server import ServedModel, ServedModels
 from blink.protocol.errors import InvalidRequestError, ModelNotFoundError
 from blink.protocol.model_endpoints import ClassifyRequest, EmbeddingRequest, ModerationRequest
 
@@ -29,7 +29,7 @@ def _json(obj: object) -> Response:
     return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
 
 
-def _pick(models: ModelServer, name: str | None, kind: str) -> ServedModel:
+def _pick(models: ServedModels, name: str | None, kind: str) -> ServedModel:
     if name:
         return models.get(name, kind)
     model = models.default(kind)
@@ -44,7 +44,7 @@ def _encode(rows: np.ndarray, fmt: str) -> list[object]:
     return list(rows)  # numpy rows: orjson writes them directly (OPT_SERIALIZE_NUMPY)
 
 
-def build_models_router(models: ModelServer, moderation: SafetyPipeline, max_inputs: int) -> Routes:
+def build_models_router(models: ServedModels, moderation: SafetyPipeline, max_inputs: int) -> Routes:
     router = Routes()
 
     @router.post("/v1/embeddings")

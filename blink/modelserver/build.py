@@ -1,4 +1,4 @@
-"""Settings -> a ``ModelServer`` (called by the composition root), or None when nothing needs one.
+"""Settings -> a ``ServedModels`` (called by the composition root), or None when nothing needs one.
 
 A served encoder's name says what it computes: ``all-MiniLM-L6-v2`` is the fp32 export, whose rows
 equal sentence-transformers' own (so they can sit next to reference vectors in a vector database);
@@ -13,7 +13,7 @@ from blink.config.gateway import SemanticCacheSettings
 from blink.config.model_server import BatchingSettings
 from blink.config.settings import Settings
 from blink.modelserver.batcher import BatchConfig
-from blink.modelserver.server import ModelServer
+from blink.modelserver.server import ServedModels
 
 # Suffix of the quantized export's served name.
 INT8_SUFFIX = "-int8"
@@ -40,13 +40,13 @@ def cache_encoder_name(sem: SemanticCacheSettings) -> str:
     return f"{sem.model}{INT8_SUFFIX}" if sem.quantize else sem.model
 
 
-def build_model_server(settings: Settings) -> ModelServer | None:
+def build_model_server(settings: Settings) -> ServedModels | None:
     ms, sem = settings.model_server, settings.cache.semantic
     if not (needs_encoder(settings) or ms.models):
         return None
     from blink.modelserver.encoder import OnnxEncoder
 
-    server = ModelServer()
+    server = ServedModels()
     # (served name, int8?): the exact model first, so it is /v1/embeddings' default encoder.
     encoders: dict[str, bool] = {}
     if ms.embeddings:

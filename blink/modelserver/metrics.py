@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from blink.modelserver.server import ModelServer
+from blink.modelserver.server import ServedModels
 
 
 class ModelServerCollector(Collector):
-    def __init__(self, server: ModelServer) -> None:
+    def __init__(self, server: ServedModels) -> None:
         self._server = server
 
     def collect(self) -> Iterator[Metric]:

@@ -82,7 +82,9 @@ def _rows(fn: Callable[[list[str]], tuple[np.ndarray, list[int]]]) -> Callable[[
     return run
 
 
-class ModelServer:
+class ServedModels:
+    """The small models (encoders, classifiers) by name; not a generation ``ModelServer``."""
+
     def __init__(self) -> None:
         self._models: dict[str, ServedModel] = {}
 

@@ -9,10 +9,10 @@ from blink.gateway.safety.pipeline import SafetyPipeline
 from blink.gateway.safety.profanity_check import ProfanityCheck, profanity_available
 from blink.gateway.safety.stage import SafetyStage
 from blink.gateway.safety.webhook import Webhook
-from blink.modelserver.server import ModelServer
+from blink.modelserver.server import ServedModels
 
 
-def build_pipeline(s: SafetySettings, models: ModelServer | None, endpoint: bool = False) -> SafetyPipeline:
+def build_pipeline(s: SafetySettings, models: ServedModels | None, endpoint: bool = False) -> SafetyPipeline:
     """``endpoint``: the pipeline of /v1/moderations, where ``profanity: auto`` adds the check when it
     is installed. In the request path only ``profanity: on`` does: it costs milliseconds of CPU per
     text next to the rules' microseconds, which the TTFT path must not pay unless asked to."""
@@ -30,7 +30,7 @@ def build_pipeline(s: SafetySettings, models: ModelServer | None, endpoint: bool
     return SafetyPipeline(checks)
 
 
-def build_safety(s: SafetySettings, models: ModelServer | None) -> SafetyStage | None:
+def build_safety(s: SafetySettings, models: ServedModels | None) -> SafetyStage | None:
     if not s.enabled:
         return None
     webhook = Webhook(s.webhook) if s.webhook else None
