@@ -69,7 +69,7 @@ def start_server(model: Path, port: int, tmp: Path, cores: set[int] | None, pred
     cmd = [sys.executable, "-m", "blink.cli", "serve", "--config", str(tmp / "blink.yaml")]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, preexec_fn=pinned(cores), stdout=subprocess.DEVNULL)
-    wait_ready(f"http://127.0.0.1:{port}/ready", proc, timeout=300)
+    wait_ready(f"http://127.0.0.1:{port}/ready", proc, timeout=900)  # a loaded shared core: minutes
     return proc
 
 
