@@ -17,3 +17,7 @@ class CompressionSettings(BaseModel):
     # Spans shorter than this many characters are sent as they are: too little to save for a
     # scoring call (about 4 characters a token in English).
     min_chars: int = Field(512, ge=1)
+    # Score the context given the conversation's last user turn placed before it (LongLLMLingua's
+    # question-aware score) instead of the context alone (LLMLingua's self-information): words
+    # the question makes predictable stay. It costs the question's tokens in each scoring prefill.
+    condition_on_question: bool = False

@@ -43,3 +43,8 @@ class PrecomputeSettings(BaseModel):
     max_scopes: int = Field(1_000, ge=1)
     # Jobs waiting for the idle lane; past it, new ones are dropped (counted), never queued unbounded.
     max_queue: int = Field(64, ge=1)
+    # Each piece of a job's gateway-side work (building its prompt and embedding its question, then
+    # writing its answer to the cache) waits until no user request is in flight and none arrived or
+    # ended in the last this-many ms: those pieces share the cores with the users' parsing and embedding,
+    # which the engine's idle lane cannot see. 200 ms spans a client's next request of a burst.
+    quiet_ms: float = Field(200.0, ge=0.0)

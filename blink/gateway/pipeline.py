@@ -45,6 +45,7 @@ from blink.gateway.cache.replay import cached_deltas
 from blink.gateway.cache.stage import CacheDirectives, CacheLookup
 from blink.gateway.front import ANONYMOUS_KEY, DEFAULT_TENANT, Admission, GatewayFront
 from blink.gateway.sequence_quota import NO_LEASE, SequenceLease, SequenceQuota
+from blink.gateway.user_activity import NO_USER, UserActivity, UserLease
 from blink.obs import annotate, lap, stage
 from blink.protocol.errors import PermissionDeniedError
 
@@ -94,14 +95,18 @@ class Generation:
     # The sequences held for this answer: whoever renders it calls ``close`` when it ends, however
     # it ends (GenerationResponse's ``on_close``; ``stream`` below and its callers' ``finally``).
     lease: SequenceLease = NO_LEASE
+    # The user request this answer is, in flight for the server's background work to stand aside.
+    user: UserLease = NO_USER
 
     @property
     def headers(self) -> list[tuple[bytes, bytes]]:
         return self.admission.headers
 
     def close(self) -> None:
-        """Give the sequence lease back (idempotent: every end path may call it)."""
+        """Give the sequence lease back and end the request's activity (idempotent: every end
+        path may call it)."""
         self.lease.release()
+        self.user.release()
 
     async def stream(self) -> AsyncIterator[Delta]:
         """The answer as deltas, for callers that are not an HTTP response (voice, batch).
@@ -137,12 +142,28 @@ class GenerationPipeline:
         self.quota = quota or SequenceQuota(0)
         # Attached by the composition root when pre-computation is on (serve.py).
         self.observer: GenerationObserver | None = None
+        # Users' requests in flight: pre-computation waits for quiet before spending CPU.
+        self.activity = UserActivity()
 
     async def run(self, principal: ApiKey | None, req: GenerationRequest, directives: Directives) -> Generation:
         """Admit ``req`` for ``principal`` (None: API keys are off) and open its answer.
 
         Raises the ``BlinkError`` of the first stage that refuses; nothing is held after a refusal.
         """
+        # Batch lines are not waited for: the engine already runs idle work only when they are done.
+        user = NO_USER if directives.cache.origin or _is_batch(req, directives) else self.activity.begin()
+        try:
+            gen = await self._run(principal, req, directives)
+        except BaseException:
+            user.release()
+            raise
+        if gen.replay is not None:
+            user.release()
+        else:
+            gen.user = user
+        return gen
+
+    async def _run(self, principal: ApiKey | None, req: GenerationRequest, directives: Directives) -> Generation:
         front = self.front
         adm = self._principal(principal, req.model, directives)
         check_model_allowed(principal, req.model)
@@ -238,6 +259,10 @@ class GenerationPipeline:
             key_id = adm.key.key_id if adm.key is not None else ANONYMOUS_KEY
             adm.headers += front.cost.cache_hit(key_id, adm.model, entry.prompt_tokens, entry.completion_tokens)
         return entry
+
+
+def _is_batch(req: GenerationRequest, directives: Directives) -> bool:
+    return "batch" in (req.priority, directives.server_lane)
 
 
 def _observed(

@@ -63,7 +63,8 @@ class Compressor:
         if not jobs:
             self.stats.unchanged += 1
             return
-        results = await asyncio.gather(*(self._shrink(seg) for seg in jobs))
+        question = _last_user_text(messages) if self.settings.condition_on_question else None
+        results = await asyncio.gather(*(self._shrink(seg, question) for seg in jobs))
         dropped = 0
         for seg, (scored, result) in zip(jobs, results, strict=True):
             self.stats.tokens_in += scored
@@ -87,7 +88,23 @@ class Compressor:
         req.compressed_tokens += dropped
         annotate(compressed_tokens=str(dropped))
 
-    async def _shrink(self, seg: Segment) -> tuple[int, tuple[str, int] | None]:
+    async def _shrink(self, seg: Segment, question: str | None) -> tuple[int, tuple[str, int] | None]:
         """(tokens scored, the shortened text and tokens dropped, or None to keep it)."""
-        tokens = await self.scorer.score(seg.text)
+        tokens = await self.scorer.score(seg.text, question)
         return len(tokens), select_words(seg.text, tokens, 1.0 / self.settings.ratio)
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str | None:
+    """The last user turn's text (never compressed itself): what the context is scored against."""
+    for m in reversed(messages):
+        if m.get("role") != "user":
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            texts = [p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text"
+                     and isinstance(p.get("text"), str)]
+            return "\n".join(texts) or None
+        return None
+    return None

@@ -12,7 +12,10 @@ import uuid
 from collections.abc import Callable
 
 from blink.backends.base import Backend, GenerationRequest, SamplingOptions
-from blink.gateway.compression.selection import ScoredToken
+from blink.gateway.compression.selection import ScoredToken, align
+
+# Between the question and the context when the score is conditioned on the question.
+_QUESTION_GAP = "\n\n"
 
 
 class SelfInformationScorer:
@@ -21,8 +24,20 @@ class SelfInformationScorer:
         self._resolve = resolve
         self.model = model
 
-    async def score(self, text: str) -> list[ScoredToken]:
-        """The tokens of ``text`` with −log p of each given the ones before it."""
+    async def score(self, text: str, question: str | None = None) -> list[ScoredToken]:
+        """The tokens of ``text`` with −log p of each given the ones before it, and given
+        ``question`` before them all when one is given (LongLLMLingua's question-aware score: a
+        context token the question makes likely is one the answer may need). Conditioned tokens
+        that do not split at the question's end are scored again without it."""
+        if question:
+            prefix = question + _QUESTION_GAP
+            tokens = await self._prompt_logprobs(prefix + text)
+            starts = align(prefix + text, tokens)
+            if starts is not None and len(prefix) in starts:
+                return tokens[starts.index(len(prefix)):]
+        return await self._prompt_logprobs(text)
+
+    async def _prompt_logprobs(self, text: str) -> list[ScoredToken]:
         req = GenerationRequest(
             request_id=f"cmpl-compress-{uuid.uuid4().hex[:12]}",
             model=self.model,

@@ -19,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 from blink.gateway.dashboard.access import DashboardAccess
 from blink.gateway.dashboard.breakers import breaker_states
 from blink.gateway.dashboard.feed import SnapshotFeed
+from blink.gateway.dashboard.savings import compression_panel, precompute_panel
 from blink.gateway.dispatch import Routes
 from blink.gateway.errors import error_response
 from blink.obs.observer import Observability
@@ -59,7 +60,10 @@ def build_dashboard_feed(obs: Observability, max_viewers: int) -> SnapshotFeed:
         if live is None:
             return orjson.dumps({"disabled": True})
         snap = live.snapshot(obs.loads())
-        snap["totals"]["breakers"].update(breaker_states(obs.metrics.registry))
+        registry = obs.metrics.registry
+        snap["totals"]["breakers"].update(breaker_states(registry))
+        snap["totals"]["precompute"] = precompute_panel(registry)
+        snap["totals"]["compression"] = compression_panel(registry)
         return orjson.dumps(snap)
 
     return SnapshotFeed(snapshot, PUSH_INTERVAL_S, max_viewers)

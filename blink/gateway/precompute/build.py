@@ -30,5 +30,5 @@ def attach_precompute(service: PrecomputeService, pipeline: GenerationPipeline, 
                       settings: Settings, registry: CollectorRegistry) -> None:  # fmt: skip
     pipeline.observer = service
     service.attach(RecipeRunner(pipeline, key_store, settings.server.max_tokens_limit,
-                                settings.server.request_timeout_s))
+                                settings.server.request_timeout_s, settings.cache.precompute.quiet_ms / 1000))
     registry.register(PrecomputeCollector(service.stats))

@@ -5,6 +5,10 @@ map it, then handed to ``GenerationPipeline.run`` as the key it belongs to, reso
 model permission, budget, the safety check and the cache's namespace apply as to the user's own
 request (its rate limit and sequence quota are spared: pipeline.py says why). The fill is marked
 with the job's kind through ``CacheDirectives.origin``.
+
+Its own CPU work stands aside for users (gateway/user_activity.py): the prompt building and the
+lookup's embedding start only once users are quiet, and so does the cache fill (an embedding and a
+write), held back from the stream's end; the generation between them is the engine's idle lane.
 """
 
 from __future__ import annotations
@@ -40,9 +44,11 @@ class JobResult:
 
 class RecipeRunner:
     def __init__(
-        self, pipeline: GenerationPipeline, key_store: KeyStore | None, max_tokens_limit: int, timeout_s: float | None
-    ) -> None:
+        self, pipeline: GenerationPipeline, key_store: KeyStore | None, max_tokens_limit: int, timeout_s: float | None,
+        quiet_s: float = 0.0,
+    ) -> None:  # fmt: skip
         self._pipeline = pipeline
+        self._quiet_s = quiet_s
         self._key_store = key_store
         self._max_tokens_limit = max_tokens_limit
         self._timeout_s = timeout_s
@@ -50,7 +56,9 @@ class RecipeRunner:
     async def run(self, recipe: Recipe, kind: str, lookup: bool) -> JobResult:
         """``lookup`` False regenerates even when the entry is live (refresh); True stops at any
         hit, exact or guarded-semantic, so a prediction already answerable costs nothing."""
+        activity = self._pipeline.activity
         try:
+            await activity.quiet(self._quiet_s)
             key = await self._principal(recipe.key_id)
             if recipe.key_id is not None and key is None:
                 return JobResult("refused")
@@ -66,17 +74,21 @@ class RecipeRunner:
                                          self._timeout_s)
             req.priority = IDLE_LANE
             cache = CacheDirectives(lookup=lookup, store=True, origin=kind)
-            agg = ResponseAggregator(req.kind, req.num_choices, False)
+            agg = ResponseAggregator(req.kind, req.num_choices, req.options.logprobs)
             async with asyncio.timeout(self._timeout_s):
                 gen = await self._pipeline.run(key, req, Directives(cache, server_lane=IDLE_LANE))
                 try:
                     if gen.replay is not None:
                         return JobResult("cached")
+                    fill, gen.on_complete = gen.on_complete, None  # run below, once users are quiet
                     async with contextlib.aclosing(gen.stream()) as deltas:  # type: ignore[type-var]
                         async for delta in deltas:
                             agg.add(delta)
                 finally:
                     gen.close()
+            if fill is not None:
+                await activity.quiet(self._quiet_s)
+                fill(agg)
             return JobResult("done", agg.usage.total_tokens if agg.usage is not None else 0)
         except BlinkError as err:
             log.info("precompute %s job refused: %s", kind, err.message)

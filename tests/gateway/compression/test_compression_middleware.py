@@ -45,6 +45,9 @@ def stack(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                               max_model_len=2048, max_num_seqs=8),
                 OpenAIHTTPModel(name="big", kind="openai_http", base_url=f"{upstream.url}/v1", read_timeout_s=30,
                               compression=CompressionSettings(scorer="scorer", ratio=2.0, min_chars=64)),
+                OpenAIHTTPModel(name="bigq", kind="openai_http", base_url=f"{upstream.url}/v1", read_timeout_s=30,
+                              compression=CompressionSettings(scorer="scorer", ratio=2.0, min_chars=64,
+                                                              condition_on_question=True)),
             ],
             default_model="big",
             cost=CostSettings(prices={"big": PRICE}, path=str(usage_db)),
@@ -54,8 +57,9 @@ def stack(tiny_llama: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             yield gateway, up, app
 
 
-def _chat(gateway: LiveServer, messages: list[dict[str, object]], stream: bool = False) -> httpx.Response:
-    body = {"model": "big", "messages": messages, "max_tokens": 4, "stream": stream}
+def _chat(gateway: LiveServer, messages: list[dict[str, object]], stream: bool = False,
+          model: str = "big") -> httpx.Response:  # fmt: skip
+    body = {"model": model, "messages": messages, "max_tokens": 4, "stream": stream}
     return httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=60)
 
 
@@ -116,3 +120,27 @@ def test_compression_needs_an_embedded_scorer_and_an_upstream_tier() -> None:
         Settings(models=[up])
     with pytest.raises(ValidationError, match="openai_http"):
         EmbeddedModel(name="e", kind="embedded", compression=CompressionSettings(scorer="e"))
+
+
+def test_question_aware_scoring_keeps_other_words_and_still_protects_spans(
+    stack: tuple[LiveServer, FakeUpstream, Any],
+) -> None:
+    gateway, up, _ = stack
+    messages: list[dict[str, object]] = [
+        {"role": "user", "content": f"Here is the report:\n{DOCUMENT}\n{CODE}"},
+        {"role": "assistant", "content": "Thank you, I have read the report."},
+        {"role": "user", "content": QUESTION},
+    ]
+    kept = {}
+    for model in ("big", "bigq"):
+        resp = _chat(gateway, messages, model=model)
+        assert resp.status_code == 200, resp.text
+        assert int(resp.headers["x-blink-compressed-tokens"]) > 0
+        sent = up.requests[-1]["messages"]
+        assert sent[-1] == {"role": "user", "content": QUESTION} and CODE in sent[0]["content"]
+        kept[model] = sent[0]["content"].replace(CODE, "").split()
+        source = iter(f"Here is the report:\n{DOCUMENT}".split())
+        assert all(any(w == k for w in source) for k in kept[model])
+    # Given the question first, the scorer's log-probabilities (so the words it keeps) change: the
+    # conditioned tokens were split at the question's end, not scored without it.
+    assert kept["bigq"] != kept["big"]

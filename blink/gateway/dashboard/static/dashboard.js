@@ -108,7 +108,38 @@
       `<td>${e.prefix_cache_hit_rate == null ? "–" : (100 * e.prefix_cache_hit_rate).toFixed(1) + "%"}</td></tr>`);
     document.getElementById("engines").innerHTML =
       "<tr><th>model</th><th>running</th><th>waiting</th><th>batch</th><th>KV</th><th>prefix hits</th></tr>" + rows.join("");
+    savings(t);
     state.last = snap; state.updates++;
+  }
+
+  // A features' panel: hidden while the feature is off (its snapshot entry is null).
+  function figures(id, data, rows) {
+    const panel = document.getElementById("p-" + id);
+    panel.hidden = !data;
+    if (!data) return;
+    document.getElementById(id).innerHTML = rows.map(([label, value]) =>
+      `<tr><th>${esc(label)}</th><td>${esc(value)}</td></tr>`).join("");
+  }
+
+  function num(v, digits) { return v == null ? "–" : Number(v).toFixed(digits || 0); }
+
+  function savings(t) {
+    const p = t.precompute;
+    figures("precompute", p, p ? [
+      ["jobs run", num(Object.values(p.jobs).reduce((a, b) => a + b, 0))],
+      ["entries pre-computed", num(p.entries)],
+      ["hits on them", num(p.hits)],
+      ["hits per entry", num(p.hits_per_entry, 2)],
+      ["tokens spent idle", num(p.tokens_idle)],
+      ["budget left (tokens)", num(p.budget_left)],
+    ] : []);
+    const c = t.compression;
+    figures("compression", c, c ? [
+      ["requests compressed", num(c.requests.compressed || 0)],
+      ["ratio (before / after)", c.ratio == null ? "–" : num(c.ratio, 2) + "×"],
+      ["tokens saved", num(c.tokens_saved)],
+      ["tokens scored", num(c.tokens_scored)],
+    ] : []);
   }
 
   function live(on, text) {
