@@ -139,7 +139,7 @@ def test_the_agents_sdk_runs_a_tool_agent_to_completion(url: str) -> None:
     # model stop: the grammar ends it.
     agent = agents.Agent(name="weather", instructions="Answer with the forecast.", tools=[forecast], model=model,
                          output_type=Verdict,
-                         model_settings=agents.EmbeddedModel(tool_choice="required", max_tokens=120, temperature=0))
+                         model_settings=agents.ModelSettings(tool_choice="required", max_tokens=120, temperature=0))
     result = agents.Runner.run_sync(agent, "Weather in Oslo?", max_turns=4)
     assert seen and seen[0] in ("celsius", "fahrenheit")  # the tool ran with the grammar-made arguments
     outputs = [i for i in result.new_items if i.type == "tool_call_output_item"]

@@ -113,6 +113,8 @@ class ModelRunner:
         self.prefill_kernel = False
         self._fused: FusedDecode | None = None
         self._decode_graph: CompiledDecode | None = None
+        # Captured last, after calibration and compiling (whose forwards run eagerly).
+        self._graphs: DecodeGraphs | None = None
         # "auto" unresolved (an engine built directly, not by the server): no quantization.
         self.quantization = "none" if config.quantization == "auto" else config.quantization
         # W8A8 smooths its activations with ranges measured on the unquantized model (one
@@ -137,7 +139,6 @@ class ModelRunner:
         # would only be wasted start-up time.
         if config.compile and (self._fused is None or not self._fused.serves(MAX_BATCH - 1)):
             self._compile_decode()
-        self._graphs: DecodeGraphs | None = None
         if graph_capture is not None:
             self._capture_decode_graphs(graph_capture)
 
