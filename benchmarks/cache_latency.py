@@ -197,12 +197,14 @@ def _lookup_child(spec_file: str) -> None:
 
 
 class _LookupChild:
-    """A ``--lookup-child`` process for one checkout (its ``blink`` imported, this script's code)."""
+    """A ``--lookup-child`` process for one checkout: its ``blink`` and its own copy of this script
+    (whose imports follow that checkout's layout; the lookup protocol is the same)."""
 
     def __init__(self, checkout: Path, spec_file: Path) -> None:
-        code = (f"import runpy, sys; sys.path[:0] = [{str(checkout)!r}, {str(ROOT / 'benchmarks')!r}]; "
+        bench = checkout / "benchmarks"
+        code = (f"import runpy, sys; sys.path[:0] = [{str(checkout)!r}, {str(bench)!r}]; "
                 f"sys.argv = ['cache_latency.py', '--lookup-child', {str(spec_file)!r}]; "
-                f"runpy.run_path({str(ROOT / 'benchmarks' / 'cache_latency.py')!r}, run_name='__main__')")
+                f"runpy.run_path({str(bench / 'cache_latency.py')!r}, run_name='__main__')")
         self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=checkout, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)  # fmt: skip
 
