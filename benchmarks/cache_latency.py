@@ -441,7 +441,9 @@ def main() -> None:
         # loads the same file and builds its graph while the gateways build theirs (the 100k-row
         # builds overlap); their lookups are timed once the gateways are ready, pinned and idle.
         spec = tmp / "lookup.json"
-        spec.write_text(json.dumps({"settings": settings.model_dump(mode="json"), "semantic": semantic_qs}))
+        # Only what differs from the defaults: an older checkout refuses fields it does not know yet.
+        spec.write_text(json.dumps({"settings": settings.model_dump(mode="json", exclude_defaults=True),
+                                    "semantic": semantic_qs}))
         children = {name: _LookupChild(gateways[name][0], spec) for name in ("now", "before") if name in gateways}
         for name, p in zip(gateways, procs[1:], strict=True):
             wait_ready(f"http://127.0.0.1:{ports[name]}/health", p, timeout=900)
