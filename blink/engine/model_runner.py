@@ -25,6 +25,7 @@ from blink.engine.decode_graphs import CudaGraphCapture, DecodeGraphs, GraphCapt
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
 from blink.engine.kernels.decode_step import FusedDecode, build_fused_decode
+from blink.engine.kernels.prefill_ops import prefill_ops_available
 from blink.engine.kernels.switches import with_env_overrides
 from blink.engine.kernels.w8a8 import w8a8_available
 from blink.engine.kv_cache_dtype import has_scales, resolve_kv_cache_dtype
@@ -129,6 +130,10 @@ class ModelRunner:
         for module in model.modules():
             if hasattr(module, "fused_ops"):
                 module.fused_ops = config.prefill_ops
+        if config.prefill_ops and self.dtype == torch.bfloat16 and self.device.type == "cpu":
+            # Built now, not by the first bf16 forward: else a fresh install's first request
+            # waits for the compiler.
+            prefill_ops_available()
         self.decode_kernel = self._enable_decode_kernel(model)
         # Decode-only steps in one C++ call where the model is eligible (kernels/decode_step.py);
         # built now, after the KV pool exists, so no request pays the build.

@@ -155,3 +155,17 @@ def test_engine_greedy_identical_with_ops_on_and_off(
     assert calls == []
     assert outputs["on"] == outputs["aten"]
     assert all(len(o) == 16 for o in outputs["on"])
+
+
+@pytest.mark.parametrize(("dtype", "prefill_ops", "built"), [("bfloat16", True, True), ("bfloat16", False, False),
+                                                            ("float32", True, False)])
+def test_the_runner_builds_the_ops_at_start_not_at_the_first_request(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch, dtype: str, prefill_ops: bool, built: bool
+) -> None:
+    from blink.engine import model_runner
+
+    calls: list[bool] = []
+    monkeypatch.setattr(model_runner, "prefill_ops_available", lambda: calls.append(True) or True)
+    model_runner.ModelRunner(EngineConfig(model=str(tiny_llama), dtype=dtype, prefill_ops=prefill_ops,  # type: ignore[arg-type]
+                                          kv_cache_memory_bytes=1 << 20, threads=1))
+    assert bool(calls) == built
