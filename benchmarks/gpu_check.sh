@@ -7,8 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/blink-gpu-check}"
 WHEELS="${WHEELS:-.gpu-wheels}"
-# The engine path needs msgspec beyond what the GPU machine has (torch, transformers, numpy...).
-python -c "import msgspec" 2>/dev/null || pip install --quiet --no-index --no-deps "$WHEELS"/msgspec-*.whl
+# The engine path needs msgspec and pydantic (EngineConfig) beyond what the GPU machine has
+# (torch, transformers, numpy...): install the carried wheels beside it, touching nothing else.
+if ! python -c "import msgspec, pydantic" 2>/dev/null; then
+  python -m pip install --quiet --no-index --no-deps --no-compile --target /tmp/blink-site "$WHEELS"/*.whl
+  export PYTHONPATH="/tmp/blink-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null | tee "$OUT.smi" || true
 mkdir -p "$OUT"
 [ -f "$OUT.smi" ] && mv "$OUT.smi" "$OUT/nvidia-smi.csv"
