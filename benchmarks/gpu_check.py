@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +159,10 @@ def blink_speed(path: Path, device: str, lengths: list[int], decode: int, stream
 def hf_speed(path: Path, device: str, lengths: list[int], decode: int, streams: int, vocab: int,
              compile_graphs: bool) -> dict[str, Any]:
     model = hf_model(path, device, torch.bfloat16)
-    if compile_graphs:
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-    kw = dict(do_sample=False, pad_token_id=0, cache_implementation="static")
+    # With a static cache on a GPU, ``generate`` compiles its decode step itself with
+    # ``mode="reduce-overhead"`` (CUDA graphs); prefill stays eager, as it does for every user.
+    # Wrapping ``forward`` by hand as well would recompile per prompt length.
+    kw = dict(do_sample=False, pad_token_id=0, cache_implementation="static", disable_compile=not compile_graphs)
 
     def gen(batch: list[list[int]], new: int) -> float:
         ids = torch.tensor(batch, device=device)
@@ -195,6 +197,13 @@ def versions(device: str) -> dict[str, Any]:
 
 
 def report(res: dict[str, Any]) -> str:
+    try:
+        return _report(res)
+    except (KeyError, TypeError, ZeroDivisionError) as exc:  # a section failed: the JSON still has the rest
+        return f"(no full report: {type(exc).__name__}: {exc})\n" + json.dumps(res, indent=2, default=str)[:20000]
+
+
+def _report(res: dict[str, Any]) -> str:
     lines = [f"device: {res['device']} ({'dry run' if res['dry_run'] else 'full'})", "", "## exactness (greedy vs transformers fp32)"]
     for arch, r in res["exactness"].items():
         lines.append(f"- {arch}: sequential {r['sequential_identical']}/{r['of']}, {r['of']} concurrent "
@@ -225,22 +234,36 @@ def main() -> None:
     decode, streams = (4, 2) if small else (128, 64)
     res: dict[str, Any] = {"device": device, "dry_run": small, "streams": streams}
     t0 = time.perf_counter()
+
+    def step(key: str, run: Any) -> None:
+        """One section; its result (or its error) is saved at once, so a run cut short by the
+        machine's time limit still brings back every section that finished."""
+        try:
+            res[key] = run()
+        except Exception as exc:  # noqa: BLE001 - a failed section is data; the others still run
+            res.setdefault("errors", {})[key] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc()
+        res["seconds"] = time.perf_counter() - t0
+        (args.out / "results.json").write_text(json.dumps(res, indent=2, default=str))
+        print(f"[{res['seconds']:.0f} s] {key}: {json.dumps(res.get(key, res.get('errors', {}).get(key)), default=str)[:2000]}",
+              flush=True)
+
+    step("versions", lambda: versions(device))
     with tempfile.TemporaryDirectory(prefix="blink-gpu-") as tmp:
         root = Path(tmp)
-        res["exactness"] = exactness(root, device, 4 if small else 24, 4 if small else 16)
+        step("exactness", lambda: exactness(root, device, 4 if small else 24, 4 if small else 16))
         shape = DRY_SHAPE if small else QWEN05
         path = build_tiny_checkpoint(root / "qwen05", "qwen2", dtype="bfloat16", **shape)  # type: ignore[arg-type]
         vocab = int(shape["vocab_size"])  # type: ignore[call-overload]
-        res["blink"] = blink_speed(path, device, lengths, decode, streams, vocab)
-        res["transformers"] = hf_speed(path, device, lengths, decode, streams, vocab, compile_graphs=not small)
         weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
         res["weight_bytes"] = weights
-        bw = copy_bandwidth(device, 64 if small else 2048)
-        res["copy_bandwidth_gbs"] = bw / 1e9
-        res["bound_tok_s"] = bw / weights
-    res["versions"] = versions(device)
-    res["seconds"] = time.perf_counter() - t0
-    (args.out / "results.json").write_text(json.dumps(res, indent=2, default=str))
+        step("copy_bandwidth_gbs", lambda: copy_bandwidth(device, 64 if small else 2048) / 1e9)
+        if "copy_bandwidth_gbs" in res:
+            res["bound_tok_s"] = res["copy_bandwidth_gbs"] * 1e9 / weights
+        step("blink", lambda: blink_speed(path, device, lengths, decode, streams, vocab))
+        step("transformers", lambda: hf_speed(path, device, lengths, decode, streams, vocab, compile_graphs=not small))
+    if res.get("errors"):
+        print("errors:", json.dumps(res["errors"], indent=2))
     text = report(res)
     (args.out / "results.md").write_text(text + "\n")
     print(text)
