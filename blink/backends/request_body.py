@@ -15,7 +15,7 @@ edits it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from blink.backends.base import GenerationRequest, SamplingOptions
 
@@ -43,6 +43,15 @@ def split_body(body: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
     extra = {k: v for k, v in body.items() if k not in MODELLED_FIELDS}
     sent = frozenset(k for k, v in body.items() if k in MODELLED_FIELDS and v is not None)
     return extra, sent
+
+
+def request_from_body(request_id: str, model: str, kind: Literal["chat", "completion"], options: SamplingOptions,
+                      body: dict[str, Any], **typed: Any) -> GenerationRequest:
+    """The request ``body`` maps to: ``options`` and ``typed`` (messages / prompt, deadline, ...)
+    are its typed fields, already read from ``body``; the rest of ``body`` becomes ``extra``."""
+    extra, sent = split_body(body)
+    return GenerationRequest(request_id=request_id, model=model, kind=kind, options=options, extra=extra,
+                             sent_options=sent, **typed)
 
 
 def openai_body(req: GenerationRequest) -> dict[str, Any]:

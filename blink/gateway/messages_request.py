@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from blink.backends.base import GenerationRequest, SamplingOptions
-from blink.backends.request_body import split_body
+from blink.backends.request_body import request_from_body
 from blink.protocol.errors import InvalidRequestError
 from blink.protocol.messages import MessagesInput, MessagesRequest
 
@@ -62,17 +62,8 @@ def messages_request(body: MessagesRequest, model: str, max_tokens_limit: int, t
         chat["stop"] = list(body.stop_sequences)
     if body.metadata is not None and body.metadata.user_id is not None:
         chat["user"] = body.metadata.user_id
-    extra, sent = split_body(chat)
-    return GenerationRequest(
-        request_id=f"msg_{getrandbits(96):024x}",
-        model=model,
-        kind="chat",
-        options=options,
-        messages=chat["messages"],
-        extra=extra,
-        sent_options=sent,
-        deadline=None if timeout_s is None else time.monotonic() + timeout_s,
-    )
+    return request_from_body(f"msg_{getrandbits(96):024x}", model, "chat", options, chat, messages=chat["messages"],
+                             deadline=None if timeout_s is None else time.monotonic() + timeout_s)
 
 
 def chat_body(body: MessagesInput, model: str) -> dict[str, Any]:
