@@ -133,8 +133,8 @@ class DynamicBatcher(Generic[In, Out]):
         """One output per value, in order; awaits without blocking the event loop."""
         loop = asyncio.get_running_loop()
         request = self.submit(values, loop)
-        # A bare timer, not asyncio.timeout(): that context manager was ~10% of the loop's time
-        # per request. Queueing + one model call; past it the call has hung.
+        # A bare timer, not asyncio.timeout(): that context manager was a visible share of the
+        # loop's time per request (same RESULTS.md entry as the window above). Queueing + one model call; past it the call has hung.
         timer = loop.call_later(self.config.timeout_s + _HUNG_S, self._expire, request.future)
         try:
             return await request.future  # type: ignore[misc]

@@ -23,8 +23,8 @@ class PaddedTokenizer:
     """``tokenizer.json`` -> padded id/mask arrays for a batch, cut at ``max_tokens``.
 
     ``encode`` tokenises each text once and returns its full token count with the arrays, so
-    the endpoints' length check and usage need no second pass (it was ~20% of the event loop's
-    time per /v1/embeddings request). Batches are padded to their longest input, not to
+    the endpoints' length check and usage need no second pass (a large share of the event loop's
+    time per /v1/embeddings request: benchmarks/RESULTS.md, "Figures behind the code's numbers", batcher). Batches are padded to their longest input, not to
     ``max_tokens``.
     """
 
