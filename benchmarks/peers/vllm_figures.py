@@ -6,7 +6,7 @@ llama_cpp_figures.py but with ``"model"`` (a Hugging Face checkpoint folder) ins
 ``"gguf"``; writes ``{"ttft_ms": {n: ms}, "decode_tok_s", "agg_tok_s"}`` as the last line of
 stdout. Offline ``LLM`` API on token ids (no tokenizer, no HTTP), bf16, so the figures are the
 engine's own, like every other peer's. The launcher (engine_vs_peers.py) sets the thread binding,
-KV space and the tcmalloc + Intel OpenMP preload that shared/ENVIRONMENT.md measured at +25%.
+KV space and the tcmalloc + Intel OpenMP preload (benchmarks/RESULTS.md, "Figures behind the code's numbers", peers).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class SamplingOptions:
     speculative: bool = True
     # Constrain the output (response_format, vLLM's structured_outputs / guided_*, forced tool
     # calls). Backends that cannot honour it refuse the request; openai_http upstreams get the
-    # original fields from ``GenerationRequest.raw`` instead.
+    # original fields, which stay in ``GenerationRequest.extra``.
     structured: StructuredOutput | None = None
     # Token id -> bias added to its logit before sampling (OpenAI's ``logit_bias``).
     logit_bias: dict[int, float] | None = None
@@ -86,10 +86,12 @@ class GenerationRequest:
     # A batched completion (several prompts): all of them, ``prompt`` being the first. Choice
     # ``i`` of prompt ``p`` has index ``p * n + i`` (OpenAI's and vLLM's numbering).
     prompts: list[str | list[int]] | None = None
-    # The client's JSON body, as sent: what an HTTP upstream gets for the fields we do not model.
-    # Never edit it to change the request: edit the typed fields, which a forwarding server writes
-    # over it (messages / prompt, max_tokens, logprobs: openai_http's ``_with_modelled_fields``).
-    raw: dict[str, Any] = field(default_factory=dict)
+    # The client's body fields that no typed field carries (tools, response_format, user, vendor
+    # extras), as sent; ``request_body.openai_body`` joins them with the typed fields again.
+    extra: dict[str, Any] = field(default_factory=dict)
+    # The modelled fields the client set (``request_body.split_body``): an upstream gets those even
+    # at their default value, and the token budget under the client's name for it.
+    sent_options: frozenset[str] = frozenset()
     # Absolute deadline (time.monotonic()) or None.
     deadline: float | None = None
     # Routing hints from the client's headers (``x-blink-latency-budget-ms``, ``x-blink-priority``,
@@ -106,7 +108,7 @@ class GenerationRequest:
     # The API the client spoke when it was not chat or completions (``"messages"``: Anthropic's;
     # ``"responses"``: OpenAI's Responses API) and its body for that API: an upstream configured to
     # serve it natively (``native_apis``) gets that body; every other backend reads the chat
-    # translation in ``messages`` / ``raw``.
+    # translation in ``messages`` / ``extra``.
     native_api: str | None = None
     native_body: dict[str, Any] | None = None
 

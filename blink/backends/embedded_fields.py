@@ -17,30 +17,30 @@ _UNSUPPORTED_FIELDS = ("suffix", "reasoning_effort", "verbosity", "audio", "web_
 
 
 def refuse_unsupported(req: GenerationRequest) -> None:
-    raw = req.raw
-    best_of = raw.get("best_of")
+    extra = req.extra
+    best_of = extra.get("best_of")
     if best_of is not None and best_of != req.options.n:
         _unsupported("best_of", "'best_of' other than 'n'")
     for name in _UNSUPPORTED_FIELDS:
-        if raw.get(name) not in (None, "", [], {}):
+        if extra.get(name) not in (None, "", [], {}):
             _unsupported(name, f"'{name}'")
-    modalities = raw.get("modalities")
+    modalities = extra.get("modalities")
     if modalities is not None and list(modalities) != ["text"]:
         _unsupported("modalities", "output 'modalities' other than [\"text\"]")
-    backend = raw.get("guided_decoding_backend")
+    backend = extra.get("guided_decoding_backend")
     if backend is not None and backend not in GRAMMAR_BACKENDS:
         raise InvalidRequestError(
             f"'guided_decoding_backend' {backend!r} is not available; this engine's grammar backends are "
             f"{', '.join(repr(b) for b in GRAMMAR_BACKENDS)}.",
             param="guided_decoding_backend", code="unsupported_parameter")
-    if raw.get("spaces_between_special_tokens") is False:
+    if extra.get("spaces_between_special_tokens") is False:
         _unsupported("spaces_between_special_tokens", "'spaces_between_special_tokens': false")
 
 
 def grammar_engine_of(req: GenerationRequest) -> str | None:
     """The grammar engine a request names (``guided_decoding_backend``, checked by
     ``refuse_unsupported``), or None for the model's setting."""
-    return _GRAMMAR_ENGINES.get(str(req.raw.get("guided_decoding_backend") or "auto"))
+    return _GRAMMAR_ENGINES.get(str(req.extra.get("guided_decoding_backend") or "auto"))
 
 
 def _unsupported(param: str, what: str) -> None:

@@ -103,7 +103,7 @@ class PromptEncoder:
 def _template_switches(req: GenerationRequest) -> dict[str, bool]:
     """vLLM's ``add_generation_prompt`` / ``continue_final_message`` (validated by the protocol);
     the latter only when set, so templates of older tokenizers never see an unknown argument."""
-    switches = {"add_generation_prompt": bool(req.raw.get("add_generation_prompt", True))}
-    if req.raw.get("continue_final_message"):
+    switches = {"add_generation_prompt": bool(req.extra.get("add_generation_prompt", True))}
+    if req.extra.get("continue_final_message"):
         switches["continue_final_message"] = True
     return switches

@@ -159,10 +159,10 @@ def prepare_tools(req: GenerationRequest, parser_of_model: Callable[[], ParserNa
     """
     if req.kind != "chat":
         return RequestTools(req.options, None, None, False)
-    plan = plan_tools(req.raw)
+    plan = plan_tools(req.extra)
     parser = parser_of_model() if plan is not None and plan.mode == "auto" else None
     factory = parser_factory(plan, parser)
-    kwargs = req.raw.get("chat_template_kwargs")
+    kwargs = req.extra.get("chat_template_kwargs")
     chat = chat_inputs(req.messages or [], plan.tools if plan is not None else None,
                        kwargs if isinstance(kwargs, dict) else None)
     options = _forced_options(req.options, plan)

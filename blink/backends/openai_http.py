@@ -4,9 +4,9 @@ One keep-alive pool (``http1.Http1Pool``) per backend. Requests always stream up
 first token is passed on the moment it arrives; closing the delta iterator closes the upstream
 response, which drops the connection and tells the upstream to stop.
 
-Why our own client: it sits on every proxied request's first-token path. httpx spent 1.4-1.6 ms
-of CPU per streamed request in its pool/anyio layers and aiohttp ~0.19 ms; ``http1.py`` says
-what the purpose-built one costs and why.
+Why our own client: it sits on every proxied request's first-token path, where httpx's pool/anyio
+layers and aiohttp's request building cost several times its CPU; ``http1.py`` says why
+(benchmarks/RESULTS.md, "Concurrency-1 first-token path").
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCar
 from blink.backends.http1 import Http1ConnectError, Http1Error, Http1Pool, Http1Response
 from blink.backends.native_events import NativeEventDecoder
 from blink.backends.openai_chunks import deltas_from_chunk
+from blink.backends.request_body import openai_body
 from blink.backends.responses_events import ResponsesEventDecoder, deltas_from_response
 from blink.backends.stream_decoder import StreamDecoder
 from blink.protocol.errors import (
@@ -204,7 +205,7 @@ class OpenAIHTTPBackend:
         return self._client
 
     def _upstream_body(self, req: GenerationRequest) -> dict[str, Any]:
-        body = _with_modelled_fields(dict(req.raw), req) if req.raw else _body_from_options(req)
+        body = openai_body(req)
         body["model"] = self.upstream_model or req.model
         body["stream"] = True
         # Always ask for usage; the gateway drops it when the client did not.
@@ -227,59 +228,11 @@ def _refuse_unrelayed(req: GenerationRequest) -> None:
     """vLLM's ``prompt_logprobs``: the gateway's re-encoding of upstream chunks does not carry it,
     so it is refused by name rather than sent on and its answer dropped (README, compatibility).
     ``return_token_ids`` is relayed (openai_chunks)."""
-    if req.raw.get("prompt_logprobs") is not None:
+    if req.options.prompt_logprobs is not None:
         raise InvalidRequestError(
             "'prompt_logprobs' is not supported for this model: the gateway does not relay it from an upstream server.",
             param="prompt_logprobs", code="unsupported_parameter",
         )
-
-
-def _with_modelled_fields(body: dict[str, Any], req: GenerationRequest) -> dict[str, Any]:
-    """The client's body with the fields the gateway may change written from the typed request.
-
-    Retries, fallbacks (continuation), the cascade's logprob probe and prompt compression edit only
-    ``GenerationRequest``'s typed fields; ``raw`` stays the client's body and supplies what is not
-    modelled (tools, response_format, vendor extras). So the typed value always wins here.
-    """
-    o = req.options
-    if req.kind == "chat":
-        body["messages"] = req.messages or []
-        if o.logprobs:
-            body["logprobs"] = True
-            if o.top_logprobs or "top_logprobs" in body:
-                body["top_logprobs"] = o.top_logprobs
-    else:
-        body["prompt"] = req.prompts if req.prompts is not None else req.prompt
-        if o.logprobs:
-            body["logprobs"] = o.top_logprobs
-    if o.max_tokens is not None:
-        keys = [k for k in ("max_tokens", "max_completion_tokens") if body.get(k) is not None] or ["max_tokens"]
-        body.update(dict.fromkeys(keys, o.max_tokens))
-    return body
-
-
-def _body_from_options(req: GenerationRequest) -> dict[str, Any]:
-    """A request body for callers that built a GenerationRequest by hand (no raw JSON)."""
-    o = req.options
-    body: dict[str, Any] = {"n": o.n, "temperature": o.temperature, "top_p": o.top_p}
-    if req.kind == "chat":
-        body["messages"] = req.messages or []
-        if o.logprobs:
-            body["logprobs"] = True
-            body["top_logprobs"] = o.top_logprobs
-    else:
-        body["prompt"] = req.prompt if req.prompt is not None else ""
-        if o.logprobs:
-            body["logprobs"] = o.top_logprobs
-    optional = {
-        "max_tokens": o.max_tokens,
-        "seed": o.seed,
-        "stop": o.stop or None,
-        "presence_penalty": o.presence_penalty or None,
-        "frequency_penalty": o.frequency_penalty or None,
-    }
-    body.update({k: v for k, v in optional.items() if v is not None})
-    return body
 
 
 async def _error_from_response(resp: Http1Response, name: str) -> BlinkError:

@@ -25,9 +25,9 @@ class StreamDecoder:
 
     Events are decoded one at a time as the caller iterates, and the stream's first delta that
     carries text goes out at once (``more`` off) instead of waiting for the rest of its read:
-    at concurrency 1 the first read holds ~6 events (up to all 34), and decoding, routing and
-    encoding them all before the first write cost ~0.15 ms of TTFT (measured on the benchmark's
-    path). ``done`` is set at ``[DONE]``; a malformed or error event ends the read early and sets
+    at concurrency 1 the first read holds several events, and decoding, routing and encoding them
+    all before the first write delayed the first token (benchmarks/RESULTS.md, "Figures behind the code's numbers",
+    stream_decoder). ``done`` is set at ``[DONE]``; a malformed or error event ends the read early and sets
     ``error`` (the deltas before it still go out, then the caller raises it)."""
 
     __slots__ = ("_name", "_kind", "_parser", "_error_from_body", "_first_text", "done", "finished", "error")

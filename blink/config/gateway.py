@@ -59,16 +59,17 @@ class SemanticCacheSettings(BaseModel):
     threshold: float = Field(0.72, gt=0.0, le=1.0)
     # The hit guard (numbers, dates, entities, negations, direction words must agree).
     guard: bool = True
-    # Per-channel int8 embedder for the cache and the router (~3x faster; cosine to fp32 0.97-0.996
-    # per text, lowest on very short ones: fine for comparing Blink's vectors with Blink's). It is
-    # served as '<model>-int8'; /v1/embeddings' default stays the exact fp32 model (modelserver/build.py).
+    # Per-channel int8 embedder for the cache and the router: faster, and close to fp32's vectors
+    # though not equal (lowest on very short texts: fine for comparing Blink's vectors with Blink's;
+    # RESULTS.md, "Figures behind the code's numbers", embedder). It is served as '<model>-int8'; /v1/embeddings'
+    # default stays the exact fp32 model (modelserver/build.py).
     quantize: bool = True
     # Folder for the exported ONNX file.
     onnx_dir: str = "~/.blink/onnx"
     # Tool-calling / agent requests depend on state outside the text: off unless asked.
     tool_requests: bool = False
     # Call the backend while the embedding runs, cancel it on a semantic hit: a miss no longer
-    # waits ~2.5 ms for the lookup, but every hit wastes a started call (gateway/cache/head_start.py).
+    # waits for the lookup, but every hit wastes a started call (gateway/cache/head_start.py).
     head_start: bool = False
 
 
@@ -90,8 +91,9 @@ class CacheSettings(BaseModel):
     path: str = "~/.blink/cache.db"
     postgres_dsn: str | None = None
     redis_url: str | None = None
-    # A shared store's lookup is skipped after this (50 ms: a Redis GET is ~0.2 ms on a LAN;
-    # past 50 ms the backend's own TTFT is near), and the store sits out a second after an error.
+    # A shared store's lookup is skipped after this, and the store sits out a second after an
+    # error. The budget is far above a LAN round trip and below a small model's own TTFT, where a
+    # late hit no longer saves anything (RESULTS.md, "Figures behind the code's numbers", store_timeout_s).
     store_timeout_s: float = Field(0.05, gt=0)
     # A day: long enough for repeated questions, short enough that stale answers age out.
     ttl_s: float = Field(86_400.0, gt=0)

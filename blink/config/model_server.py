@@ -24,7 +24,8 @@ class _Strict(BaseModel):
 class BatchingSettings(_Strict):
     # 1 turns dynamic batching off (each input its own model call).
     max_batch_size: int = Field(32, ge=1, le=1024)
-    # The first input of a batch waits at most this long for company (≤ 2 ms: small next to a ~7 ms call).
+    # The first input of a batch waits at most this long for company: small next to one model call
+    # (benchmarks/RESULTS.md, "Figures behind the code's numbers", batcher).
     batch_window_ms: float = Field(2.0, ge=0.0, le=100.0)
     # Queued longer than this -> 504; more than max_queue waiting -> 503.
     timeout_s: float = Field(2.0, gt=0)

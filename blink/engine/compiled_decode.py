@@ -9,19 +9,17 @@ Two modes (``EngineConfig.compile_mode``):
 
 - ``"frozen"``: the whole forward in one graph with inductor's freezing and max-autotune. The
   weights become constants, which is what lets inductor replace ``_weight_int8pack_mm`` by its
-  own prepacked C++ micro-GEMM (autotuned against the aten kernel): 1.6-2.2x less CPU per int8
-  matmul than aten's at batch 1 (30 layers of SmolLM2's shapes, 1 thread); SmolLM2 bf16+int8
-  decode 1.11-1.4x less CPU per token than eager (benchmarks/decode_compile.py, 1 thread,
-  shared machine). Where our AVX-512 ``blink::int8_gemv`` is built (kernels/int8_gemv.py) the
-  1-3-row int8 matmuls call it instead, as an opaque extern op: frozen decode 20.3 vs 33.9 CPU
-  ms per token with inductor's micro-GEMM (``decode_compile.py --ab-kernel``, 1 thread, loaded).
-  Slow to compile: 172-317 s on a loaded 2-core machine (every layer is its own code; 56-82 s
-  on a quiet one); inductor's on-disk cache makes a second start faster.
+  own prepacked C++ micro-GEMM (autotuned against the aten kernel), which takes less CPU per int8
+  matmul than aten's at batch 1. Where our AVX-512 ``blink::int8_gemv`` is built
+  (kernels/int8_gemv.py) the 1-3-row int8 matmuls call it instead, as an opaque extern op, which is
+  cheaper again than inductor's micro-GEMM. Slow to compile (every layer is its own code: minutes);
+  inductor's on-disk cache makes a second start faster. Figures: benchmarks/RESULTS.md, "Batch-1
+  decode: where the time goes" and "int8 GEMV kernel" (``benchmarks/decode_compile.py``).
 - ``"layers"`` (regional compilation): one decoder layer is compiled and the same graph serves
   every layer (parameters are graph inputs, so the 30 layers of SmolLM2 share it). Compiles in
-  18-37 s for SmolLM2 instead of minutes, fuses the elementwise ops, but the int8 matmuls stay
-  aten's and 30 guarded calls per step cost what the fusion saves: 0.78-1.16x eager's CPU per
-  token (1 thread) - kept for fp32/bf16 models without int8, not faster for Blink's best config.
+  seconds instead of minutes, fuses the elementwise ops, but the int8 matmuls stay aten's and 30
+  guarded calls per step cost what the fusion saves (about eager's CPU per token, same RESULTS.md
+  section) - kept for fp32/bf16 models without int8, not faster for Blink's best config.
   Embedding, the final norm and the LM head stay eager.
 
 In bf16 the fused kernels (and the int8 micro-GEMM's summation order) may round differently
@@ -81,9 +79,9 @@ def _decode_layer(
 
 
 # Largest decode batch + 1 the graph serves. From DENSE_MIN_ROWS rows on a step is GEMM bound and
-# the eager path's pre-packed oneDNN GEMMs win (quiet run, SmolLM2 shape, 2 threads, 16 streams:
-# eager 305 tok/s vs compiled 265), and int8-dense-prefill's dense branch would be one more graph
-# to compile (~1 min on SmolLM2). Small batches, the latency-critical ones, keep the graph.
+# the eager path's pre-packed oneDNN GEMMs win (benchmarks/RESULTS.md, "Figures behind the code's numbers",
+# compiled_decode), and int8-dense-prefill's dense branch would be one more graph to compile.
+# Small batches, the latency-critical ones, keep the graph.
 MAX_BATCH = DENSE_MIN_ROWS
 
 

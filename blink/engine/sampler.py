@@ -20,8 +20,8 @@ from blink.engine.logit_bias import apply_logit_bias, has_logit_bias
 from blink.engine.sampling_params import SamplingParams
 from blink.engine.sequence import Sequence
 
-# First top-p candidate set (topk of 256 measured 0.12 ms per 49k-token row vs 3.5 ms for a full
-# sort) and its growth factor when the nucleus is wider (flat, high-temperature distributions).
+# First top-p candidate set (a topk of 256 is far cheaper than a full sort of the vocabulary:
+# benchmarks/RESULTS.md, "Figures behind the code's numbers", sampler) and its growth factor when the nucleus is wider (flat, high-temperature distributions).
 _TOP_P_CANDIDATES = 256
 _TOP_P_GROWTH = 16
 
@@ -139,8 +139,8 @@ def processed_probs(logits: torch.Tensor, ps: list[SamplingParams]) -> torch.Ten
 def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One draw per row from ``probs`` given uniforms ``u`` in [0, 1).
 
-    One random number per row instead of one per vocabulary entry: on the CPU this measured
-    ~0.2 ms per 49k-token row against ~1 ms for torch.multinomial or Exp(1) noise. The CDF is
+    One random number per row instead of one per vocabulary entry: cheaper on the CPU than
+    torch.multinomial or Exp(1) noise (same RESULTS.md section). The CDF is
     accumulated in float64 so tail tokens keep their weight; zero-probability tokens add an empty
     interval and can never be drawn.
     """
@@ -178,7 +178,7 @@ def apply_top_k_top_p(logits: torch.Tensor, k: torch.Tensor, top_p: torch.Tensor
     """Keep each row's k most likely tokens, then the smallest prefix of them reaching mass top_p.
 
     ``k`` >= vocab size disables top-k and ``top_p`` = 1 disables top-p for a row. Rather than
-    sorting the whole vocabulary (3.5 ms per 49k-token row on this CPU), only the best
+    sorting the whole vocabulary, only the best
     ``_TOP_P_CANDIDATES`` are taken with topk; a top-p row whose candidates hold less than top_p of
     the mass is retried with more, so the result is exactly that of a full sort.
     """

@@ -29,9 +29,9 @@ def tune_gc() -> None:
 def freeze_loaded() -> None:
     """Call after a start-up load that happens once serving has begun (the cache's entries load in
     the app's lifespan, after ``tune_gc``): those objects live as long as the process too. A
-    100k-entry cache is ~400k tracked objects, and one full collection walking them took 77 ms
-    (measured: SQLiteCacheStore with 100,369 entries; 0.0 ms once frozen), a pause that would
-    land in whichever requests were in flight. A no-op unless ``tune_gc`` froze the process
+    100k-entry cache is ~400k tracked objects, and a full collection walking them is a pause that
+    would land in whichever requests were in flight (benchmarks/RESULTS.md, "Figures behind the code's numbers",
+    gc_tuning). A no-op unless ``tune_gc`` froze the process
     already (the serving process), so tests and CLI tools keep CPython's default collector."""
     if gc.get_freeze_count():
         gc.collect()

@@ -24,8 +24,8 @@ from blink.gateway.errors import error_messages
 from blink.gateway.wire import ChatWire, WireFormat
 from blink.obs.deltas import StreamStamp, observe_stream
 from blink.obs.metrics import GatewayMetrics
-from blink.obs.middleware import CLIENT_CLOSED
 from blink.obs.stages import record_error
+from blink.obs.trace import CLIENT_CLOSED
 from blink.protocol.errors import BackendTimeoutError, BlinkError, InternalServerError
 
 log = logging.getLogger("blink.gateway")

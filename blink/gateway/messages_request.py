@@ -5,9 +5,9 @@ Every backend already speaks OpenAI chat (the embedded engine's templates and to
 that request would have been: the system prompt becomes a system message, ``tool_use`` blocks
 become ``tool_calls``, ``tool_result`` blocks become ``tool`` messages, Anthropic tools become
 function tools and ``tool_choice`` ``any`` / ``tool`` become ``required`` / a named function, so
-a forced call goes through the grammar like chat's. The translated body is the request's
-``raw``: the cache, routing and an upstream's chat completions see a chat request, and the
-renderer (``messages_response``) turns the deltas back into Anthropic's shape.
+a forced call goes through the grammar like chat's. The translated body is split into the
+request's typed fields and ``extra`` as a chat body is: the cache, routing and an upstream's
+chat completions see a chat request, and the renderer (``messages_response``) turns the deltas back into Anthropic's shape.
 
 Anthropic's own rules are kept: roles alternate (consecutive turns of one role are merged, as
 Anthropic does), ``tool_result`` blocks answer the ``tool_use`` blocks of the assistant turn just
@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from blink.backends.base import GenerationRequest, SamplingOptions
+from blink.backends.request_body import request_from_body
 from blink.protocol.errors import InvalidRequestError
 from blink.protocol.messages import MessagesInput, MessagesRequest
 
@@ -61,15 +62,8 @@ def messages_request(body: MessagesRequest, model: str, max_tokens_limit: int, t
         chat["stop"] = list(body.stop_sequences)
     if body.metadata is not None and body.metadata.user_id is not None:
         chat["user"] = body.metadata.user_id
-    return GenerationRequest(
-        request_id=f"msg_{getrandbits(96):024x}",
-        model=model,
-        kind="chat",
-        options=options,
-        messages=chat["messages"],
-        raw=chat,
-        deadline=None if timeout_s is None else time.monotonic() + timeout_s,
-    )
+    return request_from_body(f"msg_{getrandbits(96):024x}", model, "chat", options, chat, messages=chat["messages"],
+                             deadline=None if timeout_s is None else time.monotonic() + timeout_s)
 
 
 def chat_body(body: MessagesInput, model: str) -> dict[str, Any]:

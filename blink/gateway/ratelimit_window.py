@@ -3,8 +3,8 @@
 The ``limits`` library stays the engine for shared (Redis) counts; in-process it is replaced
 by this because its ``MemoryStorage`` moving window is the gateway's bottleneck: each hit
 inserts ``cost`` entries at the front of a list (O(n) per hit, and one entry per token for a
-token limit) and starts an expiry task that hops to a thread; measured at about 0.3-0.4 ms of
-CPU per admission at 400 requests/s, a fifth of the whole gateway's CPU budget per request.
+token limit) and starts an expiry task that hops to a thread: a large share of the whole
+gateway's CPU per request (benchmarks/RESULTS.md, "Figures behind the code's numbers", ratelimit_window).
 
 Same interface as ``limits.aio.strategies.MovingWindowRateLimiter`` (``test``, ``hit``,
 ``get_window_stats``), plus synchronous ``*_now`` forms for the admission path (no coroutine per

@@ -17,8 +17,9 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from blink.backends.base import GenerationRequest, SamplingOptions, TokenCounter
+from blink.backends.base import SamplingOptions, TokenCounter
 from blink.backends.registry import BackendRegistry
+from blink.backends.request_body import request_from_body
 from blink.config.server import ServerSettings
 from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey, check_model_allowed
 from blink.gateway.dispatch import Routes
@@ -76,8 +77,8 @@ def add_messages_routes(router: Routes, registry: BackendRegistry, settings: Ser
                 f"Token counting is not available for the model '{body.model}': its backend cannot count "
                 "tokens.", param="model", code="unsupported_parameter")
         chat = chat_body(body, body.model)
-        req = GenerationRequest(request_id="count", model=body.model, kind="chat", options=SamplingOptions(),
-                                messages=chat["messages"], raw=chat, native_api="messages", native_body=raw)
+        req = request_from_body("count", body.model, "chat", SamplingOptions(), chat, messages=chat["messages"],
+                                native_api="messages", native_body=raw)
         count = await backend.count_tokens(req)
         return Response(orjson.dumps({"input_tokens": count}), media_type="application/json")
 

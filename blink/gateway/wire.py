@@ -96,5 +96,5 @@ class ChatWire:
 
 def _continuous_usage(req: GenerationRequest) -> bool:
     """vLLM's ``stream_options.continuous_usage_stats`` (validated by the protocol)."""
-    opts = req.raw.get("stream_options")
+    opts = req.extra.get("stream_options")
     return isinstance(opts, dict) and bool(opts.get("continuous_usage_stats"))

@@ -36,7 +36,8 @@ Out = TypeVar("Out")
 class BatchConfig:
     # Largest batch one model call takes; 1 turns batching off.
     max_batch_size: int = 32
-    # How long the first item of a batch waits for company (2 ms: small next to a 7 ms MiniLM call).
+    # How long the first item of a batch waits for company: small next to one MiniLM call
+    # (benchmarks/RESULTS.md, "Figures behind the code's numbers", batcher).
     window_s: float = 0.002
     # An item still queued after this long fails with a timeout instead of running late.
     timeout_s: float = 1.0
@@ -51,7 +52,7 @@ class _Request(Generic[Out]):
 
     An async caller's future is an ``asyncio.Future`` and is only touched on its loop: the worker
     hands each finished batch's rows to that loop in one ``call_soon_threadsafe`` (a per-input
-    ``concurrent.futures.Future`` + ``wrap_future`` + ``gather`` cost the loop ~0.2 ms a request).
+    ``concurrent.futures.Future`` + ``wrap_future`` + ``gather`` cost the loop more than the rest).
     A thread caller's future is a ``concurrent.futures.Future``, set by the worker directly.
     """
 
@@ -111,7 +112,7 @@ class DynamicBatcher(Generic[In, Out]):
         self._run_batch = run_batch
         # Size of the previous batch, written and read by the worker thread only.
         self._last_size = 0
-        # SimpleQueue: a C put/get without Queue's Python-level lock and condition (~3 us less a put).
+        # SimpleQueue: a C put/get without Queue's Python-level lock and condition.
         self._queue: queue.SimpleQueue[_Item[In, Out] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=f"blink-batch-{name}", daemon=True)
         self._thread.start()
@@ -132,8 +133,8 @@ class DynamicBatcher(Generic[In, Out]):
         """One output per value, in order; awaits without blocking the event loop."""
         loop = asyncio.get_running_loop()
         request = self.submit(values, loop)
-        # A bare timer, not asyncio.timeout(): that context manager was ~10% of the loop's time
-        # per request. Queueing + one model call; past it the call has hung.
+        # A bare timer, not asyncio.timeout(): that context manager was a visible share of the
+        # loop's time per request (same RESULTS.md entry as the window above). Queueing + one model call; past it the call has hung.
         timer = loop.call_later(self.config.timeout_s + _HUNG_S, self._expire, request.future)
         try:
             return await request.future  # type: ignore[misc]

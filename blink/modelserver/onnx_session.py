@@ -23,8 +23,8 @@ class PaddedTokenizer:
     """``tokenizer.json`` -> padded id/mask arrays for a batch, cut at ``max_tokens``.
 
     ``encode`` tokenises each text once and returns its full token count with the arrays, so
-    the endpoints' length check and usage need no second pass (it was ~20% of the event loop's
-    time per /v1/embeddings request). Batches are padded to their longest input, not to
+    the endpoints' length check and usage need no second pass (a large share of the event loop's
+    time per /v1/embeddings request: benchmarks/RESULTS.md, "Figures behind the code's numbers", batcher). Batches are padded to their longest input, not to
     ``max_tokens``.
     """
 
@@ -69,8 +69,7 @@ class PaddedTokenizer:
 
 class GraphInputs:
     """Builds the feed of only the inputs the graph declares (BERT wants token_type_ids, others do
-    not). The names are read once: ``session.get_inputs()`` builds new objects on every call
-    (~0.02 ms of a ~2 ms single-text embedding)."""
+    not). The names are read once: ``session.get_inputs()`` builds new objects on every call."""
 
     def __init__(self, session: Any) -> None:
         self.names = tuple(i.name for i in session.get_inputs())

@@ -1,7 +1,7 @@
 """A labelled histogram that takes a whole request's samples in one call.
 
 Inter-token latency is observed once per token; prometheus-client's ``Histogram.observe``
-takes a lock and walks the buckets per sample (~1.2 µs), which for a 500-token answer is more
+takes a lock and walks the buckets per sample, which for a long answer is more
 than everything else observability does for the request. Here a request's gaps are binned with
 ``bisect`` into plain lists and exported at scrape time. Writers and the scrape both run on the
 gateway's event loop thread, so no lock is needed.

@@ -63,8 +63,8 @@ def percentile(sorted_xs: list[float], p: float) -> float | None:
 class LiveStats:
     # 120 s of history: exactly what the charts show (the totals are counters, not buckets);
     # 2,000 samples per second per kind keeps a bucket under 32 kB even when thousands of tokens/s
-    # stream, so the whole window stays under ~4 MB (a 300 s window of float lists grew the
-    # gateway's RSS by ~14 MiB over a 4-minute overload run before it would have levelled off).
+    # stream, so the whole window stays under ~4 MB (a longer window of float lists grew the
+    # gateway's RSS over an overload run: RESULTS.md, "Figures behind the code's numbers", live).
     def __init__(self, window_s: int = 120, max_samples: int = 2000,
                  clock: Callable[[], float] = time.time) -> None:
         self.window_s = window_s

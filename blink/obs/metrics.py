@@ -18,7 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from blink.obs.bulk_histogram import BulkHistogram
 from blink.obs.engine_collector import EngineCollector, LoadSource
 from blink.obs.stages import EVENT_LABELS
-from blink.obs.trace import RequestTrace
+from blink.obs.trace import CLIENT_CLOSED, RequestTrace
 
 # TTFT: 1 ms (an exact-cache hit) to 60 s (a long prompt queued on a CPU); dense around the
 # 50-500 ms range where interactive SLOs sit.
@@ -161,7 +161,7 @@ class GatewayMetrics:
         if status is None:
             status = c.requests[t.status] = self.requests.labels(t.model, t.backend, t.route, str(t.status))
         status.inc()
-        if t.status == 499:
+        if t.status == CLIENT_CLOSED:
             self.disconnects.inc()
         c.e2e.observe(t.e2e)
         for s in t.stages:

@@ -12,12 +12,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from blink.obs.observer import Observability
 from blink.obs.stages import bind, unbind
+from blink.obs.trace import CLIENT_CLOSED
 
 # Route label by path: the generation endpoints Blink serves.
 ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/messages": "messages",
           "/v1/responses": "responses"}
-# nginx's code for "the client closed the connection before the response was complete".
-CLIENT_CLOSED = 499
 
 
 class ObservabilityMiddleware:

@@ -1,8 +1,9 @@
 """A lean OTLP/HTTP (protobuf) span exporter: request records in, ``ExportTraceServiceRequest`` out.
 
-The request path only appends the finished ``RequestTrace`` to a bounded queue (~1 µs). A
+The request path only appends the finished ``RequestTrace`` to a bounded queue. A
 background thread turns a batch of them into OTLP protobuf directly, without the SDK's generic
-span objects and encoder (which cost ~5x more per span), and POSTs it to the collector. Telemetry
+span objects and encoder (which cost several times more per span; benchmarks/RESULTS.md,
+"Observability cost"), and POSTs it to the collector. Telemetry
 must never hurt serving: when the queue is full or the collector is down, spans are dropped and
 counted, never retried in a loop.
 """

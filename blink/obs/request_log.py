@@ -18,8 +18,9 @@ from blink.obs.trace import RequestTrace
 
 # Lines written from the event loop wait this long and go out together: one write syscall per
 # ~30 requests at 600 req/s instead of one each (stdout is unbuffered under PYTHONUNBUFFERED and
-# files are line-buffered, so each line was its own syscall: ~2% of the gateway's CPU per request
-# in the pinned profile). 50 ms is far inside any log shipper's own batching delay.
+# files are line-buffered, so each line was its own syscall: a visible share of the gateway's CPU
+# per request; RESULTS.md, "Figures behind the code's numbers", request_log). 50 ms is far inside
+# any log shipper's own batching delay.
 _FLUSH_S = 0.05
 
 

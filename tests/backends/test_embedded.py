@@ -190,7 +190,7 @@ def test_the_request_share_setting_is_declared_once() -> None:
 async def test_sampling_fields_the_engine_cannot_honour_are_refused(backend: EmbeddedBackend, raw: dict,
                                                                    param: str) -> None:
     req = _chat("unsupported", max_tokens=2)
-    req.raw = raw
+    req.extra = raw
     with pytest.raises(InvalidRequestError) as exc:
         [d async for d in backend.stream(req)]
     assert exc.value.param == param and exc.value.code == "unsupported_parameter"

@@ -148,7 +148,7 @@ def _req(raw: dict, structured: object = None) -> object:
 
     return GenerationRequest(request_id="r", model="m", kind="chat", options=SamplingOptions(structured=structured),  # type: ignore[arg-type]
                              messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-                             raw={"messages": [], **raw})
+                             extra=raw)
 
 
 def test_prepare_tools_forced_call_is_a_schema_on_a_copy_of_the_options() -> None:

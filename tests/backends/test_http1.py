@@ -203,7 +203,7 @@ async def test_backend_streams_reuse_one_connection(up: FakeUpstream) -> None:
     """Streams read to [DONE] hand their connection back: ten requests, one connection."""
     b = OpenAIHTTPBackend("b", up.base_url)
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    req = GenerationRequest("r1", "m", "chat", SamplingOptions(), messages=body["messages"], raw=body)  # type: ignore[arg-type]
+    req = GenerationRequest("r1", "m", "chat", SamplingOptions(), messages=body["messages"])  # type: ignore[arg-type]
     try:
         for _ in range(10):
             assert "".join([d.text async for d in b.stream(req)]) == " t0 t1 t2 t3"

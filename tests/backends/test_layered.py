@@ -49,7 +49,7 @@ def tag(label: str, seen: list[str]) -> StreamMiddleware:
 
 def chat() -> GenerationRequest:
     msgs = [{"role": "user", "content": "hi"}]
-    return GenerationRequest("r1", "m", "chat", SamplingOptions(), messages=msgs, raw={"model": "m", "messages": msgs})
+    return GenerationRequest("r1", "m", "chat", SamplingOptions(), messages=msgs)
 
 
 async def test_first_listed_middleware_is_outermost(up: FakeUpstream) -> None:

@@ -12,6 +12,7 @@ from upstream_server import FakeUpstream
 
 from blink.backends.base import Delta, GenerationRequest, SamplingOptions
 from blink.backends.openai_http import OpenAIHTTPBackend
+from blink.backends.request_body import openai_body, split_body
 from blink.gateway.router.attempt_request import continuation, with_logprobs
 from blink.protocol.errors import (
     BackendTimeoutError,
@@ -42,7 +43,10 @@ def chat(user: str = "", **raw: object) -> GenerationRequest:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **raw}
     if user:
         body["user"] = user
-    return GenerationRequest("r1", "m", "chat", SamplingOptions(), messages=body["messages"], raw=body)  # type: ignore[arg-type]
+    extra, sent = split_body(body)
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    return GenerationRequest("r1", "m", "chat", SamplingOptions(max_tokens=max_tokens),  # type: ignore[arg-type]
+                             messages=body["messages"], extra=extra, sent_options=sent)  # type: ignore[arg-type]
 
 
 async def collect(b: OpenAIHTTPBackend, req: GenerationRequest) -> list[Delta]:
@@ -78,7 +82,6 @@ async def test_edits_to_the_typed_request_reach_the_upstream(up: FakeUpstream) -
     and which itself stays as the client sent it."""
     b = backend(up)
     req = chat(user="alice", max_completion_tokens=8)
-    req.options.max_tokens = 8
     edited = continuation(with_logprobs(req), " t0 t1", 2)
     deltas = await collect(b, edited)
     sent = up.requests[-1]
@@ -86,8 +89,8 @@ async def test_edits_to_the_typed_request_reach_the_upstream(up: FakeUpstream) -
     assert sent["max_completion_tokens"] == 6 and "max_tokens" not in sent
     assert sent["logprobs"] is True and sent["user"] == "alice"
     assert any(d.logprobs for d in deltas)
-    assert req.raw == {"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": "alice",
-                       "max_completion_tokens": 8}
+    assert openai_body(req) == {"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": "alice",
+                                "max_completion_tokens": 8}
     await b.aclose()
 
 

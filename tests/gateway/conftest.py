@@ -5,11 +5,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from fault_upstream import FaultUpstream
 from gateway_helpers import gateway_settings
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.serve import build_app
+
+
+@pytest.fixture
+def slow_then(request: pytest.FixtureRequest) -> Iterator[str]:
+    """An upstream whose first token is slow or never comes (``request.param``: FaultUpstream's
+    fault), for slow_stream.py's app; its base URL."""
+    with LiveServer(FaultUpstream(tokens=4, fault=request.param, slow_s=0.35)) as server:
+        yield f"{server.url}/v1"
 
 
 @pytest.fixture(scope="session")

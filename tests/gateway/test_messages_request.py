@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from blink.backends.request_body import openai_body
 from blink.gateway.messages_request import messages_request
 from blink.protocol.errors import InvalidRequestError
 from blink.protocol.messages import MessagesRequest
@@ -19,7 +20,7 @@ TOOL = {"name": "f", "input_schema": {"type": "object", "properties": {}}}
 
 def _chat(**fields: Any) -> dict[str, Any]:
     body = MessagesRequest.model_validate({"model": "m", "max_tokens": 8, **fields})
-    return messages_request(body, "m", 1000, None).raw
+    return openai_body(messages_request(body, "m", 1000, None))
 
 
 def test_consecutive_turns_merge_and_system_blocks_join() -> None:

@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import orjson
 import pytest
-from fault_upstream import FaultUpstream
 from live_server import LiveServer
+from slow_stream import PATH, slow_stream_app
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from blink.backends.base import Delta, GenerationRequest, SamplingOptions, Usage
-from blink.backends.openai_http import OpenAIHTTPBackend
 from blink.gateway.cache.entry import CachedChoice, CachedResponse
-from blink.gateway.generation_response import GenerationResponse
 from blink.gateway.messages_response import MessagesEncoder, MessagesReplayResponse
-from blink.obs.metrics import GatewayMetrics
 
 
 def _req(stop: list[str] | None = None) -> GenerationRequest:
     messages = [{"role": "user", "content": "hi"}]
-    return GenerationRequest("msg_1", "m", "chat", SamplingOptions(stop=stop or []), messages=messages,
-                             raw={"messages": messages})
+    return GenerationRequest("msg_1", "m", "chat", SamplingOptions(stop=stop or []), messages=messages)
 
 
 def _events(body: bytes) -> list[tuple[str, dict[str, Any]]]:
@@ -109,28 +100,14 @@ def test_replay_renders_like_a_live_answer() -> None:
     assert msg["content"] == [{"type": "text", "text": "Hello"}] and msg["usage"]["cache_read_input_tokens"] == 5
 
 
-@pytest.fixture
-def slow_then(request: pytest.FixtureRequest) -> Iterator[str]:
-    with LiveServer(FaultUpstream(tokens=4, fault=request.param, slow_s=0.35)) as server:
-        yield f"{server.url}/v1"
-
-
 def _app(base_url: str) -> Starlette:
-    backend = OpenAIHTTPBackend("up", base_url, read_timeout_s=0.6)
-    metrics = GatewayMetrics()
-
-    async def messages(request: Request) -> Response:
-        req = _req()
-        return GenerationResponse(backend, req, stream=True, include_usage=False, t0=time.perf_counter(),
-                                  metrics=metrics, timeout_s=10, keepalive_s=0.1, wire=MessagesEncoder(req))
-
-    return Starlette(routes=[Route("/messages", messages, methods=["POST"])])
+    return slow_stream_app(base_url, _req, MessagesEncoder)
 
 
 @pytest.mark.parametrize("slow_then", ["slow_first"], indirect=True)
 def test_pings_flow_before_a_slow_first_token(slow_then: str) -> None:
     with LiveServer(_app(slow_then)) as gw:
-        names = [n for n, _ in _events(httpx.post(f"{gw.url}/messages", timeout=10).content)]
+        names = [n for n, _ in _events(httpx.post(f"{gw.url}{PATH}", timeout=10).content)]
     first = names.index("message_start")
     assert first >= 2 and set(names[:first]) == {"ping"}
     assert names[-2:] == ["message_delta", "message_stop"]
@@ -139,7 +116,7 @@ def test_pings_flow_before_a_slow_first_token(slow_then: str) -> None:
 @pytest.mark.parametrize("slow_then", ["stall_first"], indirect=True)
 def test_failure_after_pings_is_an_error_event(slow_then: str) -> None:
     with LiveServer(_app(slow_then)) as gw:
-        r = httpx.post(f"{gw.url}/messages", timeout=10)
+        r = httpx.post(f"{gw.url}{PATH}", timeout=10)
     events = _events(r.content)
     assert r.status_code == 200 and events[0][0] == "ping"
     name, data = events[-1]

@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 from live_server import LiveServer
+from upstream_server import FakeUpstream
 
 CHAT_BODY = b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
 
@@ -86,3 +87,19 @@ def test_batched_prompts_and_echo_pass_through_to_an_upstream(http: httpx.Client
                                               "logit_bias": {"5": 1}})
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"]
+
+
+def test_the_upstream_gets_every_field_the_client_sent(gateway: LiveServer, upstream: FakeUpstream) -> None:
+    """Typed fields and ``extra`` joined again: a default value the client named is sent (the
+    upstream's own default may differ), vendor extras and unmodelled fields pass as sent."""
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    sent = {"temperature": 1.0, "max_completion_tokens": 3, "user": "alice", "tools": tools, "tool_choice": "none",
+            "response_format": {"type": "json_object"}, "seed": 7, "stop": ["zz"], "logit_bias": {"5": 1}}
+    vendor = {"top_k": 4, "chat_template_kwargs": {"x": 1}, "repetition_penalty": 1.0, "speculative": False}
+    client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}], extra_body=vendor,
+                                   **sent)  # type: ignore[call-overload]
+    got = upstream.requests[-1]
+    assert {k: got.get(k) for k in (*sent, *vendor)} == {**sent, **vendor}
+    assert got["messages"] == [{"role": "user", "content": "hi"}] and "max_tokens" not in got
+    assert "top_p" not in got and "n" not in got  # not sent: the upstream's defaults apply

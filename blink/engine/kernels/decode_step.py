@@ -31,9 +31,8 @@ from blink.engine.kv_cache_dtype import FP8, INT8, has_scales
 log = logging.getLogger(__name__)
 
 # Decode rows one fused call serves (the kernel takes up to int8_matmul.h's kMaxRows = 64). Beyond
-# this the eager step's oneDNN-packed bf16 GEMMs win: SmolLM2 shape, 2 threads, fused vs eager
-# (benchmarks/decode_compile.py --batch N, alternating, loaded machine) 1.34x tok/s at 16 rows,
-# 1.07x (CPU per token 1.01x) at 32, 0.32x (CPU 0.74x) at 64.
+# this the eager step's oneDNN-packed bf16 GEMMs win (benchmarks/decode_compile.py --batch N;
+# RESULTS.md, "Figures behind the code's numbers", decode_step).
 MAX_ROWS = 32
 _SOURCE = Path(__file__).with_name("decode_step.cpp")
 # The shared int8 matmul kernel the step is built on (engineer-owned header; see decode_step.cpp).

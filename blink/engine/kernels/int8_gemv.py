@@ -1,7 +1,7 @@
 """Build and register ``torch.ops.blink.int8_gemv``, our AVX-512 int8 weight-only matmul.
 
-aten's ``_weight_int8pack_mm`` is the bottleneck of batch-1 decode (68% of a step; it streams
-5.8 GB/s on 1 thread, 9.5 GB/s on 2 here); ``int8_gemv.cpp`` computes the same thing for 1 to
+aten's ``_weight_int8pack_mm`` is the bottleneck of batch-1 decode, streaming weights well below
+the memory's bandwidth (benchmarks/RESULTS.md, "int8 GEMV kernel"); ``int8_gemv.cpp`` computes the same thing for 1 to
 ``MAX_ROWS`` bf16 rows (the kernel itself is ``int8_matmul.h``, shared with the fused decode step). The op is compiled once per machine with ``torch.utils.cpp_extension.load`` (cached in
 torch's extensions directory) and registered with ``TORCH_LIBRARY_FRAGMENT`` plus a fake impl, so
 ``torch.compile`` calls it as an extern op inside the frozen decode graph.

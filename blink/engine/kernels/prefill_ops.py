@@ -1,7 +1,7 @@
 """Build ``torch.ops.blink.{rms_norm, add_rms_norm, silu_mul}`` (prefill_ops.cpp): one pass each.
 
-In a bf16 prefill aten spends ~18% of the time (SmolLM2 shape, 1024 tokens, 2 threads) on
-elementwise work done in several passes: the residual add, an fp32 copy, rms_norm, the cast back
+In a bf16 prefill aten spends a sizeable share of the time (benchmarks/RESULTS.md, "Figures behind the code's numbers",
+prefill_ops) on elementwise work done in several passes: the residual add, an fp32 copy, rms_norm, the cast back
 and the weight multiply per norm; silu then a multiply in the MLP. The kernels do each in one
 pass over the rows, rounding at eager's points (see prefill_ops.cpp), so a layer calls
 :func:`rms_norm` / :func:`silu_mul` here and gets eager's tensor or ``None`` (use eager).

@@ -1,10 +1,9 @@
 """Build and register ``blink::quantize_rows`` and ``blink::dequant_rows``: the passes around
 ``torch._int_mm`` of a W8A8 (int8 activations x int8 weights) prefill linear.
 
-On this CPU (AVX512-VNNI, no AMX) oneDNN's int8 GEMM runs SmolLM2's 1024-row linears ~1.8-1.9x
-faster than the bf16 one (1024x576x1536: 2.33-2.45 vs 4.45 ms, 2 threads), but quantizing the
-activations per row and dequantizing the int32 result with eager aten ops took as long as the
-GEMM saved (4.35 ms in all). ``w8a8.cpp`` does each in one pass over its tensor. ``_int_mm`` has no
+On a CPU with AVX512-VNNI and no AMX oneDNN's int8 GEMM runs SmolLM2's 1024-row linears faster
+than the bf16 one, but quantizing the activations per row and dequantizing the int32 result with
+eager aten ops took as long as the GEMM saved (benchmarks/RESULTS.md, "Figures behind the code's numbers", w8a8). ``w8a8.cpp`` does each in one pass over its tensor. ``_int_mm`` has no
 shape constraints on the CPU in this torch (any M, K, N, checked down to 1; CUDA's needs M > 16
 and K, N multiples of 8), so every many-row call can take this path.
 

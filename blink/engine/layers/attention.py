@@ -137,7 +137,7 @@ class PagedAttention(nn.Module):
         """K and V of the whole blocks named by ``tables`` (any shape), each ``[slots, KVH, D]``.
 
         ``index_select`` on a 2-D view copies whole blocks; advanced indexing on the 4-D cache
-        was 3-7x slower on the CPU (17 blocks: 23 -> 7 us; 16x17 blocks: 312 -> 47 us).
+        was several times slower on the CPU (benchmarks/RESULTS.md, "Figures behind the code's numbers", attention).
         """
         flat = tables.reshape(-1)
         k_rows = self.k_cache.view(self.k_cache.shape[0], -1)
@@ -160,8 +160,8 @@ class PagedAttention(nn.Module):
     def _decode_workspace(self, meta: AttentionMetadata, rows: int) -> torch.Tensor:
         """Scratch for the decode gather, made by the first layer and reused by the others.
 
-        A fresh multi-MB buffer per layer costs page faults: gathering 4 MB fp32 into a reused
-        buffer took 170 us instead of 442 us on this CPU.
+        A fresh multi-MB buffer per layer costs page faults that a reused one does not (same
+        RESULTS.md section).
         """
         cache = self.k_cache
         workspace = meta.decode_workspace

@@ -7,8 +7,8 @@ calibration data is needed (vLLM's "dynamic" fp8 scheme). The GEMM is ``torch._s
 those row-wise scales where the device takes them, else with one activation scale per call and
 the channel scales applied to its float32 output.
 
-There is no CPU mode: torch's CPU ``_scaled_mm`` ran 1024x576x1536 at 122 GFLOP/s here against
-408 for the bf16 GEMM (2 threads), so fp8 on a CPU is only slower than ``int8``. The tests run the
+There is no CPU mode: torch's CPU ``_scaled_mm`` is slower than the bf16 GEMM it would replace
+(benchmarks/RESULTS.md, "Figures behind the code's numbers", linear_fp8), so fp8 on a CPU loses to ``int8``. The tests run the
 same layer on the CPU by naming the matmul scheme, since ``_scaled_mm`` computes the same there.
 """
 

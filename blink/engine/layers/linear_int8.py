@@ -3,9 +3,8 @@
 CPU decode is memory-bandwidth bound (every step streams every weight once), so storing weights
 in one byte instead of two or four cuts the bytes per step by 2-4x. Weights get one symmetric
 scale per output channel (row); activations stay in bf16, so no calibration data is needed.
-The matmul is PyTorch's ``_weight_int8pack_mm`` (int8 weights, bf16 activations): measured on
-this CPU for SmolLM2's 49152x576 LM head at batch 1 it took 2.2 ms against 5.3 ms for bf16 and
-9.9 ms for fp32 ``F.linear`` (2 threads, shared machine). At 1-64 rows our own AVX-512
+The matmul is PyTorch's ``_weight_int8pack_mm`` (int8 weights, bf16 activations), faster than a
+bf16 or fp32 ``F.linear`` at batch 1 (benchmarks/RESULTS.md, "int8 weights"). At 1-64 rows our own AVX-512
 kernel ``blink::int8_gemv`` (kernels/int8_gemv.py) replaces it where it builds: same result up to
 fp32 summation order, faster at streaming the weights; at 4-64 rows it runs bf16 dot products
 (vdpbf16ps) on the widened int8 weights, ahead of aten's int8 kernel at every row count.
@@ -40,17 +39,13 @@ _INT8_MAX = 127.0
 _K_MULTIPLE = 16
 # From this many rows on (prefill chunks, batches of 4+ decodes) the oneDNN bf16 GEMM on the
 # pre-packed dense weight beats aten's int8-weight kernel, so such calls use the full-precision
-# weight when kept (where ours serves a packed layer eagerly: see GEMV_DENSE_MAX_ROWS). Measured
-# here (AVX512-BF16, 2 threads, SmolLM2's 120 linears per step, cold weights): int8 vs packed bf16
-# 10.9 vs 14.3 ms at 1 row, 12.5 vs 15.1 at 2, 14.8 vs 11.5 at 4, 34.8 vs 15.9 at 16.
+# weight when kept (where ours serves a packed layer eagerly: see GEMV_DENSE_MAX_ROWS). The
+# crossover is between 2 and 4 rows (benchmarks/RESULTS.md, "Figures behind the code's numbers", linear_int8).
 DENSE_MIN_ROWS = 4
 # Where blink::int8_gemv is built (it serves 1-GEMV_MAX_ROWS rows, instead of aten's int8 kernel at
 # every row count), calls of up to this many rows use it even when the pre-packed bf16 weight is
-# kept. benchmarks/int8_gemv.py (SmolLM2's 121 linears of a step, cold weights, loaded shared
-# machine, 02:31 UTC), ours vs packed bf16 ms per step, 1 thread: 15.6 vs 29.4 at 4 rows, 25.7 vs
-# 33.9 at 8, 44.8 vs 58.1 at 16, 59.0 vs 54.5 at 32, 118.4 vs 100.7 at 64; 2 threads: 1.79x at 8,
-# 1.20x at 16, 1.11x at 32, 1.08x at 64. Both are vdpbf16ps-bound from ~32 rows (ours also widens
-# the int8), so the crossover sits between 16 and 32.
+# kept. Both are vdpbf16ps-bound from ~32 rows (ours also widens the int8), so the crossover sits
+# between 16 and 32 (benchmarks/int8_gemv.py; RESULTS.md, "Figures behind the code's numbers", linear_int8).
 GEMV_DENSE_MAX_ROWS = 16
 # "int8": int8 weights only; "int8-dense-prefill": also keeps the loaded weights for prefill;
 # "int8-w8a8": int8 weights only, calls of more than GEMV_DENSE_MAX_ROWS rows quantize their

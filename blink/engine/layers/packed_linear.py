@@ -3,9 +3,8 @@
 ``F.linear`` hands oneDNN a plain ``[N, K]`` weight, and oneDNN re-blocks it into its GEMM layout
 on every call: with weights cold in memory (every decode step streams all of them) that costs
 about as much as the GEMM. Packing once at load time (what inductor's freezing does) and calling
-``mkldnn._linear_pointwise`` skips it. Measured on this CPU (AVX512-BF16, 1 thread, SmolLM2-135M
-shape, 30 layers + LM head, weights cold): batch 16 67 -> 40 ms per step, batch 1 38 -> 29 ms,
-1024-token prefill linears 40.5 -> 37 ms per layer. Results are bit-identical to ``F.linear``
+``mkldnn._linear_pointwise`` skips it (benchmarks/RESULTS.md, "Prefill / 16 streams: where the
+time goes"). Results are bit-identical to ``F.linear``
 (checked over all Llama-family shapes used here, M = 1..1024, with and without bias): both run
 oneDNN's same brgemm kernel, only the weight's memory layout differs. On CPUs with AMX the same
 call picks oneDNN's AMX kernels.

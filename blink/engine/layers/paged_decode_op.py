@@ -8,7 +8,7 @@ The op is declared with no mutated arguments although it writes ``k_cache``/``v_
 place. Every layer's caches are views of one pool tensor (model_runner), and AOT autograd
 handles a mutated input that aliases another input by cloning their common base: declared as
 mutating, each compiled call copied the entire KV pool and back (inductor's output code showed
-it; tiny model, 256 MiB pool: 0.8 ms -> 300+ ms CPU per decode step). Nothing else in the
+it; RESULTS.md, "Batch-1 decode: where the time goes"). Nothing else in the
 graph reads the caches, and the op's output feeds the rest of the layer, so the graph cannot
 drop or reorder the writes; the writes are only ever read by later calls of this op.
 """

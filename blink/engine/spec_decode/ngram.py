@@ -15,8 +15,9 @@ import numpy as np
 from blink.engine.sequence import Sequence
 from blink.engine.spec_decode.proposer import Proposal
 
-# Only the most recent tokens are searched: a linear scan of 4k int32 tokens takes ~10 us here,
-# and repetition that pays off for speculation is almost always local.
+# Only the most recent tokens are searched: a scan this long stays small next to a decode step
+# (benchmarks/RESULTS.md, "Figures behind the code's numbers", ngram), and repetition that pays off for speculation is
+# almost always local.
 _SEARCH_WINDOW = 4096
 
 

@@ -52,9 +52,8 @@ def export_onnx(model_dir: Path, out: Path) -> None:
     """Export the transformer (token embeddings out; pooling happens in numpy).
 
     Eager attention, not PyTorch's SDPA: the SDPA trace carries its mask as IsNaN/Where nodes
-    on every layer; the eager graph has none and its int8 form ran a 10-15-token question in
-    0.90-0.93x the CPU time (1,200-1,500 questions alternating, one thread), embeddings at
-    cosine >= 0.9956 (mean 0.99996) to the SDPA export's int8 ones on the 800 dev questions.
+    on every layer; the eager graph has none, its int8 form takes less CPU a question, and its
+    embeddings match the SDPA export's (benchmarks/RESULTS.md, "Figures behind the code's numbers", embedder).
     """
     import torch
     from transformers import AutoModel

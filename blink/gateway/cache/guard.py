@@ -2,7 +2,7 @@
 
 Sentence embeddings place "Is the clinic open on Sundays?" and "... closed on Sundays?" at
 cosine 0.96, and "convert kilograms to pounds" and "pounds to kilograms" at 0.99: a threshold
-alone serves a quarter of such traps (shared/data/semantic-cache). The guard compares what a
+alone serves a quarter of such traps (benchmarks/RESULTS.md, "Semantic-cache quality"). The guard compares what a
 cosine ignores, and rejects the pair unless all of these agree:
 
 - numbers and quantities (``3pm``, ``£250,000``, ``fifteen``, ``2-bedroom``), time words

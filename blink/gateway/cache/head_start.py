@@ -1,7 +1,7 @@
 """Opt-in head start: call the backend as soon as the exact cache misses, drop the call on a semantic hit.
 
-The semantic lookup costs one embedding (~2-2.5 ms of int8 MiniLM on an idle core) plus a
-nearest-neighbour search before the backend would otherwise be called; on a miss that is pure
+The semantic lookup costs one embedding plus a nearest-neighbour search before the backend
+would otherwise be called (benchmarks/RESULTS.md, "Cache latency"); on a miss that is pure
 added latency. With ``cache.semantic.head_start`` the backend's stream is opened (request sent,
 waiting for its first delta) while the lookup runs; a miss then loses no time, and a semantic hit
 cancels the call. The price: every semantic hit has started backend work that is thrown away

@@ -18,18 +18,11 @@ from blink.backends.base import GenerationRequest, SamplingOptions
 
 # Body fields that never change the generated text: they must not split the cache.
 _IGNORED_FIELDS = frozenset(
-    {"stream", "stream_options", "user", "metadata", "service_tier", "store", "cache", "model", "messages", "prompt",
-     "prompt_cache_key", "safety_identifier"}
+    {"stream", "stream_options", "user", "metadata", "service_tier", "store", "cache", "prompt_cache_key",
+     "safety_identifier"}
 )
+# The typed options are hashed in their normalised form (defaults filled in); ``extra`` as sent.
 _OPTION_NAMES = tuple(f.name for f in fields(SamplingOptions))
-# Fields mapped into SamplingOptions (hashed in their normalised form, defaults filled in).
-_OPTION_FIELDS = frozenset(
-    {
-        "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
-        "stop_token_ids", "presence_penalty", "frequency_penalty", "repetition_penalty", "logprobs",
-        "top_logprobs", "n", "min_tokens", "ignore_eos",
-    }
-)  # fmt: skip
 # Requests that call tools or act as agents: their answers depend on state outside the text.
 _TOOL_FIELDS = ("tools", "functions", "tool_choice", "function_call")
 
@@ -54,9 +47,9 @@ def _normalise_message(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def _params(req: GenerationRequest) -> dict[str, Any]:
-    extra = {k: v for k, v in req.raw.items() if k not in _IGNORED_FIELDS and k not in _OPTION_FIELDS}
-    # A shallow dict: the same digest as ``dataclasses.asdict`` (whose deep copy was ~0.2 ms a
-    # request, most of the cache stage's cost).
+    extra = {k: v for k, v in req.extra.items() if k not in _IGNORED_FIELDS}
+    # A shallow dict: the same digest as ``dataclasses.asdict``, whose deep copy was most of the
+    # cache stage's cost (benchmarks/RESULTS.md, "Figures behind the code's numbers", cache keys).
     o = req.options
     return {"options": {name: getattr(o, name) for name in _OPTION_NAMES}, "extra": extra}
 
@@ -66,7 +59,7 @@ def is_deterministic(req: GenerationRequest) -> bool:
 
 
 def uses_tools(req: GenerationRequest) -> bool:
-    if any(req.raw.get(f) for f in _TOOL_FIELDS):
+    if any(req.extra.get(f) for f in _TOOL_FIELDS):
         return True
     return any(m.get("role") in ("tool", "function") or m.get("tool_calls") for m in req.messages or ())
 

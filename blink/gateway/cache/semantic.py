@@ -1,7 +1,7 @@
 """The semantic matcher: an embedder on its own thread plus the hit guard.
 
-Embedding (~2-7 ms of ONNX Runtime) runs on one dedicated worker thread so it never blocks the
-event loop; ONNX Runtime releases the GIL while it computes, so other streams keep flowing.
+Embedding (milliseconds of ONNX Runtime) runs on one dedicated worker thread so it never blocks
+the event loop; ONNX Runtime releases the GIL while it computes, so other streams keep flowing.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ class ResponseCache:
             return False  # logprobs and token ids are not stored, so a replay could not honour them
         if req.prompts is not None:
             return False  # the keys describe one prompt
-        opts = req.raw.get("stream_options")
+        opts = req.extra.get("stream_options")
         if isinstance(opts, dict) and opts.get("continuous_usage_stats"):
             return False  # a replay has no per-token counts for usage in every chunk
         return keys.is_deterministic(req) or not self.settings.deterministic_only

@@ -1,9 +1,9 @@
 """Nearest-neighbour search over unit vectors: numpy brute force, HNSW past a size.
 
 Below ``hnsw_threshold`` rows an exact matrix-vector product is exact and fast (10k x 384
-float32 is 15 MB, well under a millisecond on an idle core); above it, an hnswlib graph answers
-100k rows in ~0.2 ms. The graph is built on a background thread from a snapshot (100k rows
-take minutes on one loaded core) while brute force keeps answering; changes made meanwhile are
+float32 is 15 MB to read); above it, an hnswlib graph answers in a fraction of that (RESULTS.md,
+"Cache latency"). The graph is built on a background thread from a snapshot (minutes for 100k
+rows) while brute force keeps answering; changes made meanwhile are
 replayed when it is swapped in. Rows are identified by the caller's integer ids.
 """
 
@@ -19,9 +19,9 @@ from blink.gateway.cache.hugepages import allocate_huge
 # Brute force up to here: a 10k x 384 scan costs about what one int8 embedding does.
 DEFAULT_HNSW_THRESHOLD = 10_000
 # hnswlib graph parameters: M=16 / ef_construction=64 (hnswlib's documented range for ~100k
-# vectors of this size). ef_search=32: on the cache_latency graph (100k random filler + the 400
-# dev questions) the 400 paraphrases' nearest neighbour was found 400/400 at ef 32, 48 and 64
-# (399/400 at 24, 397/400 at 16) while one search took 0.20 ms p50 at 32 vs 0.39 ms at 64.
+# vectors of this size). ef_search=32: the smallest ef that found every dev paraphrase's nearest
+# neighbour on the cache_latency graph, at half ef 64's search time (benchmarks/RESULTS.md,
+# "Figures behind the code's numbers", vector_index).
 _HNSW_M = 16
 _HNSW_EF_CONSTRUCTION = 64
 _HNSW_EF_SEARCH = 32
@@ -136,8 +136,8 @@ class VectorIndex:
         import hnswlib
 
         index = hnswlib.Index(space="ip", dim=self.dim)
-        # Huge pages for the level-0 block: a search after an embedding visits cold nodes, and 2 MB
-        # pages took its p50 from 0.445 to 0.328 ms (0.74x) at 100k rows (hugepages.py).
+        # Huge pages for the level-0 block: a search after an embedding visits cold nodes, which
+        # 2 MB pages make cheaper (hugepages.py; RESULTS.md, "Figures behind the code's numbers", vector_index).
         allocate_huge(lambda: index.init_index(max_elements=max(2 * len(vecs), 1024), M=_HNSW_M,
                                                ef_construction=_HNSW_EF_CONSTRUCTION, allow_replace_deleted=True))
         index.set_ef(_HNSW_EF_SEARCH)

@@ -9,6 +9,7 @@ money, it never costs an answer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -35,18 +36,22 @@ class Compressor:
 
     def __call__(self, inner: StreamFn) -> StreamFn:
         async def stream(req: GenerationRequest) -> AsyncIterator[Delta]:
+            sent = req
             if req.kind == "chat" and req.messages:
                 try:
-                    await self._compress(req)
+                    sent = await self._compress(req)
                 except Exception:  # a saving, never a failure: send the request as it came
                     self.stats.failed += 1
                     log.warning("prompt compression skipped for %s", req.request_id, exc_info=True)
-            async for delta in inner(req):
+            async for delta in inner(sent):
                 yield delta
 
         return stream
 
-    async def _compress(self, req: GenerationRequest) -> None:
+    async def _compress(self, req: GenerationRequest) -> GenerationRequest:
+        """The request to send: a copy with the shortened messages, or ``req`` itself. ``req`` keeps
+        the client's messages (what the cache and precompute recipes record) and counts the tokens
+        removed (what the response header and cost accounting report)."""
         messages = [dict(m) for m in req.messages or []]
         # (message index, part index or None, segments) of every text that may shrink.
         texts: list[tuple[int, int | None, list[Segment]]] = []
@@ -62,7 +67,7 @@ class Compressor:
                 if seg.compressible and len(seg.text) >= self.settings.min_chars]
         if not jobs:
             self.stats.unchanged += 1
-            return
+            return req
         question = _last_user_text(messages) if self.settings.condition_on_question else None
         results = await asyncio.gather(*(self._shrink(seg, question) for seg in jobs))
         dropped = 0
@@ -73,7 +78,7 @@ class Compressor:
                 dropped += n
         if dropped == 0:
             self.stats.unchanged += 1
-            return
+            return req
         self.stats.compressed += 1
         self.stats.tokens_removed += dropped
         for i, j, segs in texts:
@@ -84,9 +89,9 @@ class Compressor:
                 parts: list[Any] = [dict(p) if isinstance(p, dict) else p for p in messages[i]["content"]]
                 parts[j]["text"] = text
                 messages[i]["content"] = parts
-        req.messages = messages  # the typed field only: a forwarding server writes it over ``raw``
         req.compressed_tokens += dropped
         annotate(compressed_tokens=str(dropped))
+        return dataclasses.replace(req, messages=messages)
 
     async def _shrink(self, seg: Segment, question: str | None) -> tuple[int, tuple[str, int] | None]:
         """(tokens scored, the shortened text and tokens dropped, or None to keep it)."""

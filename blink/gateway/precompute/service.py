@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import orjson
 
 from blink.backends.base import GenerationRequest
+from blink.backends.request_body import openai_body
 from blink.config.precompute import PrecomputeSettings
 from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.auth import ApiKey
@@ -114,7 +115,7 @@ class PrecomputeService:
         if self.settings.predict and req.kind == "chat" and req.messages is not None and len(entry.choices) == 1:
             # A replayed turn opens the next one as much as a generated one: the flow goes on.
             _, query = keys.split_query(req)
-            recipe = Recipe(key.key_id if key is not None else None, CHAT, _copy(req.raw),
+            recipe = Recipe(key.key_id if key is not None else None, CHAT, _copy(openai_body(req)),
                             entry.prompt_tokens + entry.completion_tokens)
             self._learn(key, req, lookup, query, entry.choices[0].text, entry.completion_tokens, recipe)
 
@@ -123,7 +124,7 @@ class PrecomputeService:
         if agg.usage is None or req.num_choices != 1:
             return
         recipe = Recipe(key.key_id if key is not None else None, CHAT if req.kind == "chat" else COMPLETIONS,
-                        _copy(req.raw), agg.usage.total_tokens)
+                        _copy(openai_body(req)), agg.usage.total_tokens)
         if self.settings.refresh:
             self.hot.filled(lookup.ns, lookup.query, recipe, self._clock() + self.ttl_s)
         if self.settings.predict and req.kind == "chat" and req.messages is not None:

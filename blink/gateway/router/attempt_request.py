@@ -1,8 +1,8 @@
 """Per-attempt copies of a request: the cascade's logprob probe and mid-stream continuation.
 
-Only the typed fields are edited: ``raw`` is the client's body, and a server that forwards it
-writes the typed fields over it (openai_http's ``_with_modelled_fields``), so one edit reaches
-every kind of server.
+Only the typed fields are edited: every field they carry lives there alone (``extra`` holds the
+others), and a server that forwards a body builds it from them (``request_body.openai_body``), so
+one edit reaches every kind of server.
 """
 
 from __future__ import annotations

@@ -65,13 +65,13 @@ class ClassifierPolicy:
         self.label_tiers = dict(label_tiers)
         # Below this margin the classifier abstains and the next policy decides.
         self.min_margin = min_margin
-        # Embedding is CPU work (~2-7 ms for MiniLM): run it off the event loop by default.
+        # Embedding is milliseconds of CPU work: run it off the event loop by default.
         self.offload = offload
 
     async def choose(self, req: GenerationRequest, tiers: Sequence[TierView]) -> Route | None:
         shared = req.embedding
         if shared is not None and np.asarray(shared).size == self.classifier.dim:
-            label, margin = self.classifier.classify_vector(shared)  # the cache's embedding: ~10 us
+            label, margin = self.classifier.classify_vector(shared)  # the cache's embedding: no model call
             return self._route(label, margin, tiers)
         text = last_user_text(req)
         if not text:

@@ -59,7 +59,7 @@ def has_code(text: str) -> bool:
 
 
 def has_tools(req: GenerationRequest) -> bool:
-    return bool(req.raw.get("tools") or req.raw.get("functions"))
+    return bool(req.extra.get("tools") or req.extra.get("functions"))
 
 
 def has_images(req: GenerationRequest) -> bool:

@@ -15,8 +15,8 @@ import asyncio
 # One probe sleeps this long; epoll rounds timeouts up to whole milliseconds, so 1 ms is the
 # shortest sleep the selector honours (and ~1,000 cheap wake-ups/s only while work is queued).
 PROBE_S = 0.001
-# A probe back within this much of its due time found the loop idle: epoll itself overshoots by
-# ~0.05-0.1 ms, while one streamed chunk's callbacks take ~0.1 ms or more.
+# A probe back within this much of its due time found the loop idle: above epoll's own overshoot,
+# below one streamed chunk's callbacks (benchmarks/RESULTS.md, "Figures behind the code's numbers", safety).
 IDLE_LAG_S = 0.0002
 
 
@@ -42,7 +42,7 @@ class IdleGate:
             return
         if self._streak:
             # Inside an idle stretch a yield is enough: straight back means nothing was ready
-            # and no I/O had arrived, so the backlog drains at full speed (~10 us a text).
+            # and no I/O had arrived, so the backlog drains at full speed.
             start = loop.time()
             await asyncio.sleep(0)
             if loop.time() - start <= self.idle_lag_s:

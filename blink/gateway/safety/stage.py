@@ -30,8 +30,9 @@ from blink.obs.redact import redact
 
 log = logging.getLogger("blink.safety")
 
-# Exchanges waiting for an idle loop before the checks run anyway: at ~0.1-0.3 ms of rules + PII
-# per exchange that is at most ~0.3 s of deferred CPU, and a burst of that many requests.
+# Exchanges waiting for an idle loop before the checks run anyway: a fraction of a second of
+# deferred CPU at the checks' cost per exchange (benchmarks/RESULTS.md, "Figures behind the code's numbers", safety),
+# and a burst of that many requests.
 MAX_BACKLOG = 1024
 
 _Job = tuple[GenerationRequest, str, dict[str, Any], Callable[[], None] | None]
@@ -109,7 +110,7 @@ class SafetyStage:
             answers = output_texts(rendered)
             verdicts = []
             for text in [prompt, *answers]:
-                await self.gate.idle(len(self._backlog))  # one text per idle slot: ~0.02-0.15 ms each
+                await self.gate.idle(len(self._backlog))  # one text per idle slot
                 verdicts.append(await self.pipeline.check(text))
         except Exception:
             self.counters.errors += 1

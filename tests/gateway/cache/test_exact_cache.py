@@ -7,7 +7,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from cache_helpers import cache_settings, cached_gateway, wait_entries
+from cache_helpers import wait_entries
+from gateway_helpers import cached_settings, serving
 from upstream_server import FakeUpstream
 
 TOKENS = "".join(f" t{k}" for k in range(8))
@@ -16,7 +17,7 @@ MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": 
 
 @pytest.fixture
 def exact_settings(upstream: FakeUpstream, tmp_path: Path):  # type: ignore[no-untyped-def]
-    return cache_settings(upstream, {"exact": {"enabled": True}, "path": str(tmp_path / "cache.db")})
+    return cached_settings(upstream, {"exact": {"enabled": True}, "path": str(tmp_path / "cache.db")})
 
 
 def _post(url: str, body: dict, headers: dict | None = None) -> httpx.Response:  # type: ignore[type-arg]
@@ -24,7 +25,7 @@ def _post(url: str, body: dict, headers: dict | None = None) -> httpx.Response: 
 
 
 def test_second_identical_request_is_an_exact_hit(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
-    with cached_gateway(exact_settings) as (server, app):
+    with serving(exact_settings) as (server, app):
         before = len(upstream.requests)
         first = _post(server.url, {"messages": MSGS, "temperature": 0})
         assert first.headers["x-blink-cache"] == "miss"
@@ -51,7 +52,7 @@ def test_second_identical_request_is_an_exact_hit(upstream: FakeUpstream, exact_
     ],
 )
 def test_anything_that_changes_the_output_misses(upstream: FakeUpstream, exact_settings, change: dict) -> None:  # type: ignore[no-untyped-def,type-arg]
-    with cached_gateway(exact_settings) as (server, app):
+    with serving(exact_settings) as (server, app):
         _post(server.url, {"messages": MSGS, "temperature": 0})
         wait_entries(app, 1)
         resp = _post(server.url, {"messages": MSGS, **change})
@@ -60,14 +61,14 @@ def test_anything_that_changes_the_output_misses(upstream: FakeUpstream, exact_s
 
 
 def test_non_deterministic_requests_bypass(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
-    with cached_gateway(exact_settings) as (server, _app):
+    with serving(exact_settings) as (server, _app):
         for _ in range(2):
             resp = _post(server.url, {"messages": MSGS, "temperature": 0.8})
             assert resp.headers["x-blink-cache"] == "bypass"
 
 
 def test_logit_bias_and_neutral_identifiers_key_the_cache_as_they_should(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
-    with cached_gateway(exact_settings) as (server, app):
+    with serving(exact_settings) as (server, app):
         _post(server.url, {"messages": MSGS, "temperature": 0})
         wait_entries(app, 1)
         neutral = {"prompt_cache_key": "k", "safety_identifier": "s", "temperature": 0}
@@ -78,7 +79,7 @@ def test_logit_bias_and_neutral_identifiers_key_the_cache_as_they_should(upstrea
 
 def test_batched_prompts_and_continuous_usage_bypass(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
     """Entries describe one prompt and hold no per-token counts: such requests never use them."""
-    with cached_gateway(exact_settings) as (server, _app):
+    with serving(exact_settings) as (server, _app):
         for _ in range(2):
             batched = httpx.post(f"{server.url}/v1/completions", timeout=30,
                                  json={"model": "fake", "prompt": ["a", "b"], "temperature": 0, "max_tokens": 2})
@@ -89,7 +90,7 @@ def test_batched_prompts_and_continuous_usage_bypass(upstream: FakeUpstream, exa
 
 
 def test_cache_false_and_no_cache_header(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
-    with cached_gateway(exact_settings) as (server, app):
+    with serving(exact_settings) as (server, app):
         _post(server.url, {"messages": MSGS, "temperature": 0})
         wait_entries(app, 1)
         before = len(upstream.requests)
@@ -103,7 +104,7 @@ def test_cache_false_and_no_cache_header(upstream: FakeUpstream, exact_settings)
 
 
 def test_stream_fill_then_sse_replay_with_the_openai_client(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
-    with cached_gateway(exact_settings) as (server, app):
+    with serving(exact_settings) as (server, app):
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
 
         def run() -> tuple[str, str, object, list]:  # type: ignore[type-arg]
@@ -127,7 +128,7 @@ def test_stream_fill_then_sse_replay_with_the_openai_client(upstream: FakeUpstre
 
 
 def test_raw_sse_replay_ends_with_done(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
-    with cached_gateway(exact_settings) as (server, app):
+    with serving(exact_settings) as (server, app):
         _post(server.url, {"messages": MSGS, "temperature": 0, "stream": True})
         wait_entries(app, 1)
         resp = _post(server.url, {"messages": MSGS, "temperature": 0, "stream": True})
@@ -138,7 +139,7 @@ def test_raw_sse_replay_ends_with_done(upstream: FakeUpstream, exact_settings) -
 
 
 def test_completions_endpoint_is_cached_too(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
-    with cached_gateway(exact_settings) as (server, app):
+    with serving(exact_settings) as (server, app):
         body = {"model": "fake", "prompt": "Once upon a time", "temperature": 0}
         first = httpx.post(f"{server.url}/v1/completions", json=body)
         wait_entries(app, 1)
@@ -149,15 +150,15 @@ def test_completions_endpoint_is_cached_too(upstream: FakeUpstream, exact_settin
 
 
 def test_entries_survive_a_restart(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
-    with cached_gateway(exact_settings) as (server, app):
+    with serving(exact_settings) as (server, app):
         _post(server.url, {"messages": MSGS, "temperature": 0})
         wait_entries(app, 1)
-    with cached_gateway(exact_settings) as (server, _app):
+    with serving(exact_settings) as (server, _app):
         assert _post(server.url, {"messages": MSGS, "temperature": 0}).headers["x-blink-cache"] == "exact"
 
 
 def test_failed_generations_are_not_cached(upstream: FakeUpstream, exact_settings) -> None:  # type: ignore[no-untyped-def]
-    with cached_gateway(exact_settings) as (server, app):
+    with serving(exact_settings) as (server, app):
         resp = _post(server.url, {"messages": MSGS, "temperature": 0, "stream": True, "user": "error_after=3"})
         assert "upstream failed mid-stream" in resp.text
         assert _post(server.url, {"messages": MSGS, "temperature": 0, "user": "fail=500"}).status_code >= 500

@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from cache_helpers import cache_settings, cached_gateway, wait_entries
+from cache_helpers import wait_entries
+from gateway_helpers import cached_settings, serving
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
@@ -23,12 +24,12 @@ from blink.gateway.cache.head_start import HeadStart
 
 @pytest.fixture(scope="module")
 def head_start(upstream: FakeUpstream, onnx_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, Any]]:
-    settings = cache_settings(upstream, {
+    settings = cached_settings(upstream, {
         "exact": {"enabled": True},
         "semantic": {"enabled": True, "onnx_dir": str(onnx_dir), "head_start": True},
         "path": str(tmp_path_factory.mktemp("head-start") / "cache.db"),
     })
-    with cached_gateway(settings) as gw:
+    with serving(settings) as gw:
         yield gw
 
 
@@ -103,7 +104,7 @@ def test_discard_cuts_a_call_the_upstream_is_serving(upstream: FakeUpstream) -> 
         await backend.start()
         calls, cancelled = len(upstream.requests), upstream.cancelled
         req = GenerationRequest("r1", "fake", "chat", SamplingOptions(),
-                                messages=[{"role": "user", "content": "hi"}], raw={"model": "fake", "messages": [{"role": "user", "content": "hi"}]})
+                                messages=[{"role": "user", "content": "hi"}])
         head = HeadStart(backend, req)
         while len(upstream.requests) == calls:  # the request was sent while we did other work
             await asyncio.sleep(0.005)
@@ -121,13 +122,13 @@ def test_failed_lookup_cancels_the_started_call(upstream: FakeUpstream, onnx_dir
     the typed 504, and the call the head start opened is cut, not left running."""
     from blink.config.model_server import ModelServerSettings
 
-    settings = cache_settings(upstream, {
+    settings = cached_settings(upstream, {
         "semantic": {"enabled": True, "onnx_dir": str(onnx_dir), "head_start": True},
         "path": str(tmp_path_factory.mktemp("head-start-fail") / "cache.db"),
     }, model_server=ModelServerSettings(timeout_s=1e-6))
     upstream.defaults["stall"] = 1
     calls, cancelled = len(upstream.requests), upstream.cancelled
-    with cached_gateway(settings) as (server, _):
+    with serving(settings) as (server, _):
         resp = _ask(server, "Where can I find the nearest pharmacy?")
         assert resp.status_code == 504
         assert resp.json()["error"]["type"] == "timeout"

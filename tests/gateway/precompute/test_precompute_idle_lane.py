@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gateway_helpers import serving
 from live_server import LiveServer
-from precompute_helpers import serving
 
 from blink.config.gateway import CacheSettings
 from blink.config.models import EmbeddedModel

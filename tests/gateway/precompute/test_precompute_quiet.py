@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
+from gateway_helpers import cached_settings, serving
 from live_server import LiveServer
-from precompute_helpers import serving, upstream_settings
 from upstream_server import FakeUpstream
 
 from blink.gateway.dispatch import GatewayApp
@@ -29,7 +29,7 @@ def gateway() -> Iterator[tuple[LiveServer, GatewayApp, FakeUpstream]]:
         cache = {"store": "memory", "exact": {"enabled": True},
                  "precompute": {"refresh": True, "refresh_min_hits": 1, "refresh_lead_s": 1e9,
                                 "refresh_interval_s": 0.05, "quiet_ms": QUIET_MS}}
-        with serving(upstream_settings(up, cache)) as (server, app):
+        with serving(cached_settings(up, cache)) as (server, app):
             yield server, app, up
 
 

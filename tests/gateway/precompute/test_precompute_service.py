@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
+from gateway_helpers import cached_settings, serving
 from live_server import LiveServer
-from precompute_helpers import serving, upstream_settings
 from upstream_server import FakeUpstream
 
 from blink.config.gateway import AuthSettings
@@ -44,7 +44,7 @@ def tenants(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
 
 
 def _gateway(upstream: FakeUpstream, tenants: tuple[Path, str, str], cache: dict[str, Any]) -> Any:
-    settings = upstream_settings(upstream, {"store": "memory", **cache},
+    settings = cached_settings(upstream, {"store": "memory", **cache},
                               auth=AuthSettings(enabled=True, keys_db=str(tenants[0])))
     return serving(settings)
 
@@ -193,7 +193,7 @@ def test_a_running_job_takes_nothing_from_the_keys_sequence_quota(
 ) -> None:
     cache = {"exact": {"enabled": True}, "precompute": {"refresh": True, "refresh_lead_s": 1e9,
                                                          "refresh_interval_s": 0.05}}
-    settings = upstream_settings(own_upstream, {"store": "memory", **cache},
+    settings = cached_settings(own_upstream, {"store": "memory", **cache},
                                  auth=AuthSettings(enabled=True, keys_db=str(tenants[0])),
                                  server=ServerSettings(max_sequences_per_key=1))
     with serving(settings) as (server, app):

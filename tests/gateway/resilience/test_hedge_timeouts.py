@@ -22,7 +22,7 @@ def _req(deadline_s: float = 10.0) -> GenerationRequest:
     messages = [{"role": "user", "content": "hi"}]
     return GenerationRequest(
         request_id="r", model="auto", kind="chat", options=SamplingOptions(), messages=messages,
-        raw={"messages": messages}, deadline=time.monotonic() + deadline_s,
+        deadline=time.monotonic() + deadline_s,
     )  # fmt: skip
 
 

@@ -14,7 +14,7 @@ TIERS = [TierView(n, c, Load(), 1, 1) for c, n in enumerate(("small", "medium", 
 
 def _req(content: Any, **raw: Any) -> GenerationRequest:
     messages = [{"role": "user", "content": content}]
-    return GenerationRequest("r", "auto", "chat", SamplingOptions(), messages=messages, raw={"messages": messages, **raw})
+    return GenerationRequest("r", "auto", "chat", SamplingOptions(), messages=messages, extra=raw)
 
 
 POLICY = RulesPolicy(
