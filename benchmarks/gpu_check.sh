@@ -16,4 +16,4 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null | tee "$OUT.smi" || true
 mkdir -p "$OUT"
 [ -f "$OUT.smi" ] && mv "$OUT.smi" "$OUT/nvidia-smi.csv"
-exec timeout 470 python benchmarks/gpu_check.py --out "$OUT" "$@"
+exec timeout "${GPU_CHECK_TIMEOUT:-470}" python benchmarks/gpu_check.py --out "$OUT" "$@"
