@@ -21,12 +21,11 @@ import orjson
 
 from blink.backends.base import GenerationRequest
 from blink.config.precompute import PrecomputeSettings
-from blink.gateway.aggregate import ResponseAggregator
-from blink.gateway.auth import ApiKey
+from blink.gateway.auth.keys import ApiKey
 from blink.gateway.cache import keys
 from blink.gateway.cache.stage import CacheLookup
-from blink.gateway.dispatch import Routes
 from blink.gateway.front import DEFAULT_TENANT
+from blink.gateway.http.dispatch import Routes
 from blink.gateway.precompute.budget import TokenBudget
 from blink.gateway.precompute.flows import FlowModel
 from blink.gateway.precompute.ledger import HotEntries
@@ -34,6 +33,7 @@ from blink.gateway.precompute.metrics import PrecomputeStats
 from blink.gateway.precompute.recipe import CHAT, COMPLETIONS, Recipe
 from blink.gateway.precompute.runner import JobResult
 from blink.gateway.precompute.storage import LiveEntries
+from blink.gateway.rendering.aggregate import ResponseAggregator
 
 log = logging.getLogger("blink.gateway.precompute")
 

@@ -15,7 +15,7 @@ from live_server import LiveServer
 from precompute_helpers import serving, upstream_settings
 from upstream_server import FakeUpstream
 
-from blink.gateway.dispatch import GatewayApp
+from blink.gateway.http.dispatch import GatewayApp
 
 HOT = [{"role": "user", "content": "Which plans do you sell?"}]
 QUIET_MS = 300

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from blink.backends.base import GenerationRequest, SamplingOptions
 from blink.backends.openai_http import OpenAIHTTPBackend
-from blink.gateway.generation_response import GenerationResponse
+from blink.gateway.rendering.generation_response import GenerationResponse
 from blink.obs.metrics import GatewayMetrics
 
 

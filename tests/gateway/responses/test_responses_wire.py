@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from blink.backends.base import GenerationRequest, SamplingOptions
 from blink.backends.openai_http import OpenAIHTTPBackend
-from blink.gateway.generation_response import GenerationResponse
+from blink.gateway.rendering.generation_response import GenerationResponse
 from blink.gateway.responses.http_response import ResponsesWire
 from blink.gateway.responses.render import ResponseRenderer
 from blink.obs.metrics import GatewayMetrics
