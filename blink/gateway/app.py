@@ -87,15 +87,10 @@ def create_app(
                 model_server.close()
             obs.close()
 
-    state = State()
-    state.registry = registry
-    state.metrics = metrics
-    state.obs = obs
-    state.front = gateway_front
-    # The one generation pipeline: HTTP routes here, voice turns and batch lines (built in serve.py).
-    state.pipeline = pipeline
-    state.model_server = model_server
-    state.precompute = precompute
+    # The one generation pipeline (state.pipeline): HTTP routes here, voice turns and batch lines
+    # through the services serve.py built over it.
+    state = State({"registry": registry, "metrics": metrics, "obs": obs, "front": gateway_front, "pipeline": pipeline,
+                   "model_server": model_server, "precompute": precompute})
     served = model_server.cards if model_server is not None else list
     openai_routes = build_router(registry, server_settings, metrics, pipeline, served)
     add_messages_routes(openai_routes, registry, server_settings, metrics, pipeline)  # Anthropic's Messages API

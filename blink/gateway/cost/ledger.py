@@ -8,7 +8,6 @@ per gateway process (a shared store for several replicas is future work).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sqlite3
 import threading
 from dataclasses import dataclass, fields
@@ -16,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from blink.private_files import private_sqlite_path
+from blink.tasks import cancel_and_wait
 
 # Write-behind interval: a crash loses at most this much accounting.
 _FLUSH_S = 1.0
@@ -70,11 +70,8 @@ class SpendLedger:
         self._task = asyncio.create_task(self._flush_loop(), name="blink-spend-ledger")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         await self.flush()
         if self._conn is not None:
             conn, self._conn = self._conn, None

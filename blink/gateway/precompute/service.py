@@ -9,7 +9,6 @@ only wait behind the first in that lane, while holding KV blocks a user might ne
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -34,6 +33,7 @@ from blink.gateway.precompute.recipe import CHAT, COMPLETIONS, Recipe
 from blink.gateway.precompute.runner import JobResult
 from blink.gateway.precompute.storage import LiveEntries
 from blink.gateway.rendering.aggregate import ResponseAggregator
+from blink.tasks import cancel_and_wait
 
 log = logging.getLogger("blink.gateway.precompute")
 
@@ -90,11 +90,7 @@ class PrecomputeService:
             self._tasks.append(loop.create_task(self._scan()))
 
     async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
     # -- GenerationObserver -----------------------------------------------------------------------
