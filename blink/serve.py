@@ -242,7 +242,7 @@ def run(settings: Settings) -> None:
         port=settings.server.port,
         loop="uvloop",
         # httptools with head-size/head-time/per-address limits and JSON framing errors
-        # (http_guard.py); a response's head goes out with its first bytes (http_protocol.py).
+        # (http/guard.py); a response's head goes out with its first bytes (http/uvicorn_protocol.py).
         http=guarded_protocol(settings.server),
         log_level=settings.server.log_level,
         access_log=settings.server.log_level in ("debug", "trace"),

@@ -93,7 +93,6 @@ MOVES: list[tuple[str, str]] = [
     ("tests/gateway/test_dashboard.py", "tests/gateway/dashboard/test_dashboard.py"),
     ("tests/gateway/test_dashboard_breakers.py", "tests/gateway/dashboard/test_dashboard_breakers.py"),
     ("tests/gateway/test_dashboard_savings.py", "tests/gateway/dashboard/test_dashboard_savings.py"),
-    ("tests/gateway/router/test_replica_set.py", "tests/gateway/router/test_replica_set.py"),
     ("tests/test_cli.py", "tests/cli/test_cli.py"),
     ("tests/test_engine_serve.py", "tests/cli/test_engine_serve.py"),
     ("tests/gateway/cache/test_cli_cache.py", "tests/cli/test_cli_cache.py"),

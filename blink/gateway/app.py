@@ -96,7 +96,7 @@ def create_app(
     add_messages_routes(openai_routes, registry, server_settings, metrics, pipeline)  # Anthropic's Messages API
     groups = [openai_routes]
     groups += [service.router for service in services]
-    if models_router is not None:  # /v1/embeddings, /v1/classify, /v1/moderations (routes_models.py)
+    if models_router is not None:  # /v1/embeddings, /v1/classify, /v1/moderations (model_endpoints/)
         groups.append(models_router)
     if obs.live is not None:  # behind keys with the dashboard scope when keys are on
         state.dashboard_feed = build_dashboard_feed(obs, server_settings.dashboard_max_viewers)

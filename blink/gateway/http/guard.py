@@ -30,7 +30,7 @@ methods and parser callbacks, calling uvicorn's own for everything else:
   as long as it keeps coming: each byte resets its keep-alive timer).
 
 Body limits (size, deadline, the concurrency slot taken only once the body is in) are ASGI
-middleware in ``limits.py``: they need no protocol hooks.
+middleware in ``edge_limits.py``: they need no protocol hooks.
 """
 
 from __future__ import annotations

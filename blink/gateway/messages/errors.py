@@ -6,7 +6,7 @@ The ``anthropic`` SDK reads ``{"type": "error", "error": {"type": ..., "message"
 its exception by status (529 is its ``OverloadedError``). Rather than teach every layer a second
 format, ``AnthropicErrorMiddleware`` wraps the Messages paths only and rewrites an error response
 on its way out; the OpenAI routes never pass through it. Mid-stream failures are rendered by
-``messages_response`` directly as an ``error`` event.
+``messages/response.py`` directly as an ``error`` event.
 """
 
 from __future__ import annotations

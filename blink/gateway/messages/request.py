@@ -7,7 +7,7 @@ become ``tool_calls``, ``tool_result`` blocks become ``tool`` messages, Anthropi
 function tools and ``tool_choice`` ``any`` / ``tool`` become ``required`` / a named function, so
 a forced call goes through the grammar like chat's. The translated body is the request's
 ``raw``: the cache, routing and an upstream's chat completions see a chat request, and the
-renderer (``messages_response``) turns the deltas back into Anthropic's shape.
+renderer (``response.py``) turns the deltas back into Anthropic's shape.
 
 Anthropic's own rules are kept: roles alternate (consecutive turns of one role are merged, as
 Anthropic does), ``tool_result`` blocks answer the ``tool_use`` blocks of the assistant turn just

@@ -1,6 +1,6 @@
 """Anthropic's Messages API: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
 
-The route only parses, translates (``messages_request``) and renders (``messages_response``):
+The route only parses, translates (``request.py``) and renders (``response.py``):
 admission, the cache, routing and the backend are the one generation pipeline's, exactly as for
 chat completions. Keys arrive as ``x-api-key`` (the ``anthropic`` SDK's header) or
 ``Authorization: Bearer`` (``AuthMiddleware`` reads both); ``anthropic-version`` is accepted

@@ -73,7 +73,7 @@ class RateLimiter:
         # The in-process storage cannot fail or stall; only a remote one is guarded.
         self._guarded = not settings.storage_uri.startswith(("memory", "async+memory"))
         self._down_until = 0.0
-        # In-process counts use our own O(1) moving window (ratelimit_window.py says why).
+        # In-process counts use our own O(1) moving window (window.py says why).
         self._local = None if self._guarded else LocalMovingWindow()
         self._limiter: MovingWindowRateLimiter | LocalMovingWindow = (
             MovingWindowRateLimiter(storage_from_string(_async_uri(settings.storage_uri)))
