@@ -24,7 +24,7 @@ import yaml
 from _proc import cpu_seconds, free_port, pct, pinned, split_cores, stop, wait_ready
 
 from blink.engine.cpu_features import read_cpu_features
-from blink.gateway.cache.embedder import DEFAULT_MODEL, resolve_model_dir
+from blink.modelserver.embedder import DEFAULT_MODEL, resolve_model_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENCY = (1, 16)

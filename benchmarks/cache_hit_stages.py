@@ -119,7 +119,7 @@ def _instrumented_serve(out: str, argv: list[str]) -> None:
         Path(out).write_text(json.dumps({"records": records, "gc": collections}))
 
     signal.signal(signal.SIGUSR1, dump)
-    from blink.cli import app as cli
+    from blink.cli.main import app as cli
 
     sys.argv = ["blink", *argv]
     cli()

@@ -62,9 +62,9 @@ from blink.gateway.cache.entry import CachedChoice, CachedResponse
 from blink.gateway.cache.guard import same_answer
 from blink.gateway.cache.stage import CacheDirectives, ResponseCache
 from blink.gateway.cache.stores.sqlite import SQLiteCacheStore
+from blink.gateway.chat.request_mapping import chat_request
 from blink.gateway.front_builder import build_matcher
-from blink.gateway.request_mapping import chat_request
-from blink.gateway.request_parsing import validate
+from blink.gateway.http.request_parsing import validate
 from blink.modelserver.build import batch_config
 from blink.modelserver.clients import EncoderClient
 from blink.modelserver.encoder import OnnxEncoder

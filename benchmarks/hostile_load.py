@@ -349,7 +349,7 @@ async def kill_phase(honest: Honest, server_pid: int, seconds: float) -> dict[st
 
 def make_keys(db: Path) -> dict[str, str]:
     sys.path.insert(0, str(ROOT))
-    from blink.gateway.auth import ApiKeyStore
+    from blink.gateway.auth.keys import ApiKeyStore
 
     store = ApiKeyStore(db)
     keys = {

@@ -19,12 +19,12 @@ from typing import Any
 
 from blink.backends.base import Delta
 from blink.engine.cpu_features import read_cpu_features
-from blink.gateway.request_mapping import chat_request
-from blink.gateway.request_parsing import validate
+from blink.gateway.chat.request_mapping import chat_request
+from blink.gateway.http.request_parsing import validate
+from blink.gateway.rendering.wire import ChatWire
 from blink.gateway.responses.http_response import ResponsesWire
 from blink.gateway.responses.render import ResponseRenderer
 from blink.gateway.responses.translate import translate
-from blink.gateway.wire import ChatWire
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.responses import ResponsesRequest
 

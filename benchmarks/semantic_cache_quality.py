@@ -38,8 +38,8 @@ from blink.backends.base import GenerationRequest, SamplingOptions
 from blink.config.gateway import SemanticCacheSettings
 from blink.engine.cpu_features import read_cpu_features
 from blink.gateway.cache import guard, keys, lexicon, synonyms
-from blink.gateway.cache.embedder import OnnxEmbedder
 from blink.gateway.cache.guard import GuardParams, same_answer
+from blink.modelserver.embedder import OnnxEmbedder
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "semantic-cache"
 BASELINE_THRESHOLD = 0.90  # the usual semantic-cache setting the issue measures against

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
 
 from blink.backends.base import Backend
 from blink.backends.layered import LayeredServer
@@ -20,29 +22,31 @@ from blink.config.models import (
 )
 from blink.config.routing import ClassifierSettings
 from blink.config.settings import Settings
-from blink.gateway.app import AppService, create_app
+from blink.gateway.app import AppService, create_app, registry_loads
+from blink.gateway.auth.keys import KeyStore
 from blink.gateway.batch.executor import PipelineLineExecutor
-from blink.gateway.compression.metrics import CompressionCollector
+from blink.gateway.compression.metrics import CompressionCollector, CompressionStats
 from blink.gateway.compression.middleware import Compressor
-from blink.gateway.cost_tracker import CostTracker, build_cost_tracker
-from blink.gateway.dispatch import GatewayApp
-from blink.gateway.front import GatewayFront
-from blink.gateway.front_builder import build_front_factory, build_key_store
-from blink.gateway.gc_tuning import tune_gc
+from blink.gateway.cost.tracker import CostTracker, build_cost_tracker
+from blink.gateway.front_builder import build_front, build_key_store
+from blink.gateway.http.dispatch import GatewayApp
+from blink.gateway.http.gc_tuning import tune_gc
+from blink.gateway.model_endpoints.routes import build_models_router
+from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.precompute.build import attach_precompute, build_precompute
-from blink.gateway.resilience.metrics import RouterCollector
+from blink.gateway.ratelimit.sequence_quota import SequenceQuota
 from blink.gateway.responses.service import build_responses_service
 from blink.gateway.router.build import build_routed_backend, default_embedder
 from blink.gateway.router.classifier import Embedder
+from blink.gateway.router.metrics import RouterCollector
 from blink.gateway.router.routed import RoutedBackend
-from blink.gateway.routes_models import build_models_router
 from blink.gateway.safety.build import build_pipeline, build_safety
+from blink.gateway.voice_service import VoiceService
 from blink.modelserver.build import build_model_server, cache_encoder_name, cache_needs_encoder
 from blink.modelserver.clients import EncoderClient
 from blink.modelserver.metrics import ModelServerCollector
 from blink.modelserver.server import ServedModels
-from blink.obs.metrics import GatewayMetrics
-from blink.voice_gateway import VoiceService
+from blink.obs.setup import build_observability
 
 if TYPE_CHECKING:
     from blink.demo.default_model import FallbackModel
@@ -53,15 +57,20 @@ class EmbeddedBackendMissingError(RuntimeError):
 
 
 def build_backend(model: ModelSettings) -> Backend:
-    if isinstance(model, OpenAIHTTPModel):
-        if model.discovery.pooled or model.base_url.startswith("dns://"):
-            return build_replica_set(model)
-        return _openai_http(model, model.base_url)
-    if isinstance(model, VllmModel):
-        from blink.backends.vllm_process import VllmProcessBackend
+    """The model server for one configured model, by its ``kind`` (``BACKEND_BUILDERS``)."""
+    return BACKEND_BUILDERS[model.kind](model)
 
-        return VllmProcessBackend(model.name, model.model, model.vllm, _openai_http(model, model.vllm.base_url))
-    return _embedded(model)
+
+def _openai_http_server(model: OpenAIHTTPModel) -> Backend:
+    if model.discovery.pooled or model.base_url.startswith("dns://"):
+        return build_replica_set(model)
+    return _openai_http(model, model.base_url)
+
+
+def _vllm(model: VllmModel) -> Backend:
+    from blink.backends.vllm_process import VllmProcessBackend
+
+    return VllmProcessBackend(model.name, model.model, model.vllm, _openai_http(model, model.vllm.base_url))
 
 
 def _openai_http(model: OpenAIHTTPModel | VllmModel, base_url: str, name: str | None = None) -> OpenAIHTTPBackend:
@@ -79,7 +88,7 @@ def _openai_http(model: OpenAIHTTPModel | VllmModel, base_url: str, name: str | 
 
 def build_replica_set(model: OpenAIHTTPModel) -> Backend:
     """An openai_http model with several replicas: a static list, or DNS (a headless Service)."""
-    from blink.gateway.router.discovery import DnsSource, ReplicaSource, StaticSource
+    from blink.backends.discovery import DnsSource, ReplicaSource, StaticSource
     from blink.gateway.router.replica_set import ReplicaSetBackend
 
     base = model.base_url
@@ -101,12 +110,20 @@ def _embedded(model: EmbeddedModel) -> Backend:
     return backend
 
 
+# One builder per model ``kind`` (config/models.py ``MODEL_KINDS``); a new kind adds its line here.
+BACKEND_BUILDERS: dict[str, Callable[[Any], Backend]] = {
+    "embedded": _embedded,
+    "openai_http": _openai_http_server,
+    "vllm": _vllm,
+}
+
+
 def model_fallback(model: ModelSettings) -> Callable[[], FallbackModel] | None:
     """What an embedded model falls back to when it cannot be had: the one decision every entry
     point (``blink serve``, ``blink engine serve``, a config file, the voice agent's and the
     dashboard's default model) goes through. Only the default model falls back (to SmolLM2 from
     PyPI, else the random demo model); a model the user named fails loudly."""
-    if not isinstance(model, EmbeddedModel) or model.model != DEFAULT_EMBEDDED_MODEL:
+    if model.kind != "embedded" or model.model != DEFAULT_EMBEDDED_MODEL:
         return None
     from blink.demo.default_model import default_model_fallback
 
@@ -114,65 +131,60 @@ def model_fallback(model: ModelSettings) -> Callable[[], FallbackModel] | None:
 
 
 def build_registry(settings: Settings, encoder: EncoderClient | None = None) -> BackendRegistry:
-    """``encoder``: the model server's batched encoder, for routes' embedding classifiers."""
+    registry = BackendRegistry(default_model=settings.default_model)
+    add_models(registry, settings, encoder)
+    return registry
+
+
+def add_models(
+    registry: BackendRegistry, settings: Settings, encoder: EncoderClient | None = None,
+    metrics: CollectorRegistry | None = None,
+) -> None:
+    """Every configured model and route into ``registry``. ``encoder``: the model server's batched
+    encoder, for routes' embedding classifiers. ``metrics``: where breaker states, router and
+    prompt-compression counters go (read at scrape time)."""
 
     def embedder(c: ClassifierSettings) -> Embedder:
         return encoder if encoder is not None and c.embedder_path is None else default_embedder(c)
 
-    registry = BackendRegistry(default_model=settings.default_model)
     backends: dict[str, Backend] = {}
+    compressing: list[tuple[str, CompressionStats]] = []
     for model in settings.models:
         backend = build_backend(model)
-        if isinstance(model, OpenAIHTTPModel) and model.compression is not None:
-            backend = LayeredServer(backend, Compressor(model.compression, registry.resolve))
+        if model.kind == "openai_http" and model.compression is not None:
+            compressor = Compressor(model.compression, registry.resolve)
+            backend = LayeredServer(backend, compressor)
+            compressing.append((model.name, compressor.stats))
         backends[model.name] = backend
         registry.add(model.name, backend)
+    routed: list[RoutedBackend] = []
     for route in settings.routes:
         # The replicas stay servable on their own names; the registry starts and closes them.
-        registry.add(route.name, build_routed_backend(route, backends, embedder=embedder, owns_backends=False))
-    return registry
-
-
-def register_router_metrics(app: GatewayApp, settings: Settings) -> None:
-    """Breaker states, router and prompt-compression counters on /metrics, read at scrape time."""
-    if settings.routes:
-        routed = [cast(RoutedBackend, app.state.registry.resolve(r.name)) for r in settings.routes]
-        app.state.metrics.registry.register(RouterCollector(routed))
-    compressing = [(m.name, cast(LayeredServer[Compressor], app.state.registry.resolve(m.name)).middleware.stats)
-                   for m in settings.models if isinstance(m, OpenAIHTTPModel) and m.compression is not None]
-    if compressing:
-        app.state.metrics.registry.register(CompressionCollector(compressing))
+        routed.append(build_routed_backend(route, backends, embedder=embedder, owns_backends=False))
+        registry.add(route.name, routed[-1])
+    if metrics is not None and routed:
+        metrics.register(RouterCollector(routed))
+    if metrics is not None and compressing:
+        metrics.register(CompressionCollector(compressing))
 
 
 def build_services(
-    settings: Settings, registry: BackendRegistry, cost: CostTracker | None = None,
-    batch_executor: PipelineLineExecutor | None = None,
+    settings: Settings, pipeline: GenerationPipeline, key_store: KeyStore | None, cost: CostTracker | None,
+    metrics: CollectorRegistry,
 ) -> list[AppService]:
     """Endpoint groups with their own lifecycle: cost accounting's ledger, the Batch API when enabled
-    (its lines run through ``batch_executor``, attached to the app's generation pipeline)."""
+    (its lines run through the app's pipeline as the key that created the batch), stored responses,
+    and ``/v1/voice`` (always routed, to say why when off; its models load at start only when on)."""
     services: list[AppService] = [cost] if cost is not None else []
     if settings.batch.enabled:
         from blink.gateway.batch.service import build_batch_service
 
-        if batch_executor is None:
-            batch_executor = PipelineLineExecutor(registry, settings.server.max_tokens_limit,
-                                                  settings.server.request_timeout_s)
-        services.append(build_batch_service(settings.batch, batch_executor))
+        executor = PipelineLineExecutor(pipeline, settings.server.max_tokens_limit,
+                                        settings.server.request_timeout_s, key_store)
+        services.append(build_batch_service(settings.batch, executor))
     services.append(build_responses_service(settings.responses, settings.server))
+    services.append(VoiceService(settings.voice, pipeline, key_store, metrics))
     return services
-
-
-def _with_cost(
-    factory: Callable[[GatewayMetrics], GatewayFront], cost: CostTracker | None
-) -> Callable[[GatewayMetrics], GatewayFront]:
-    """The front with cost accounting (budgets, x-blink-cost-usd, spend counters) when configured."""
-
-    def build(metrics: GatewayMetrics) -> GatewayFront:
-        front = factory(metrics)
-        front.cost = cost
-        return front
-
-    return build
 
 
 def build_app(settings: Settings) -> GatewayApp:
@@ -186,43 +198,39 @@ def build_app(settings: Settings) -> GatewayApp:
     if models is not None or settings.safety.enabled:
         moderation = build_pipeline(settings.safety, models, endpoint=True)
         models_router = build_models_router(models or ServedModels(), moderation, settings.model_server.max_inputs)
-    registry = build_registry(settings, encoder)
+    # Observability first: every component below registers its scrape-time counters on its metrics.
+    registry = BackendRegistry(default_model=settings.default_model)
+    obs = build_observability(settings.obs, registry_loads(registry))
+    metrics = obs.metrics
+    add_models(registry, settings, encoder, metrics.registry)
+    if models is not None:
+        metrics.registry.register(ModelServerCollector(models))
     cost = build_cost_tracker(settings.cost)
     key_store = build_key_store(settings)
-    # /v1/voice: always routed (it says why when off); models load in the lifespan only when enabled.
-    voice = VoiceService(settings.voice, registry, key_store)
-    # Batch lines run as the key that created the batch, through the same pipeline as HTTP.
-    batch_executor = PipelineLineExecutor(registry, settings.server.max_tokens_limit,
-                                          settings.server.request_timeout_s, key_store)
+    front = build_front(settings, metrics, encoder, safety, cost)
     precompute = build_precompute(settings)
-    app = create_app(
+    pipeline = GenerationPipeline(registry, front, SequenceQuota(settings.server.max_sequences_per_key), precompute)
+    if precompute is not None:
+        attach_precompute(precompute, pipeline, key_store, settings, metrics.registry)
+    services = build_services(settings, pipeline, key_store, cost, metrics.registry)
+    return create_app(
         registry,
         settings.server,
-        front=_with_cost(build_front_factory(settings, encoder, safety), cost),
+        pipeline,
+        obs,
         key_store=key_store,
-        obs_settings=settings.obs,
         model_server=models,
         models_router=models_router,
-        services=[*build_services(settings, registry, cost, batch_executor), voice,
-                  *([precompute] if precompute is not None else [])],
+        services=[*services, *([precompute] if precompute is not None else [])],
+        precompute=precompute,
     )
-    batch_executor.attach(app.state.pipeline)
-    voice.attach(app.state.pipeline, app.state.metrics.registry)
-    if precompute is not None:
-        attach_precompute(precompute, app.state.pipeline, key_store, settings, app.state.metrics.registry)
-    app.state.precompute = precompute
-    register_router_metrics(app, settings)
-    if models is not None:
-        app.state.metrics.registry.register(ModelServerCollector(models))
-    app.state.model_server = models
-    return app
 
 
 def run(settings: Settings) -> None:
     """Serve until interrupted (uvicorn with uvloop and httptools, under Blink's HTTP limits)."""
     import uvicorn
 
-    from blink.gateway.http_guard import guarded_protocol
+    from blink.gateway.http.guard import guarded_protocol
     from blink.obs.log_redaction import install_log_redaction
 
     logging.basicConfig(level=settings.server.log_level.upper() if settings.server.log_level != "trace" else "DEBUG")
@@ -234,7 +242,7 @@ def run(settings: Settings) -> None:
         port=settings.server.port,
         loop="uvloop",
         # httptools with head-size/head-time/per-address limits and JSON framing errors
-        # (http_guard.py); a response's head goes out with its first bytes (http_protocol.py).
+        # (http/guard.py); a response's head goes out with its first bytes (http/uvicorn_protocol.py).
         http=guarded_protocol(settings.server),
         log_level=settings.server.log_level,
         access_log=settings.server.log_level in ("debug", "trace"),

@@ -69,7 +69,7 @@ def onnx_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The exported all-MiniLM-L6-v2 (fp32 + int8), made once and shared by the session's gateways."""
     import torch
 
-    from blink.gateway.cache.embedder import OnnxEmbedder
+    from blink.modelserver.embedder import OnnxEmbedder
 
     torch.set_num_threads(1)
     path = tmp_path_factory.mktemp("onnx")

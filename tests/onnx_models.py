@@ -11,7 +11,7 @@ def shared_onnx_dir(factory: pytest.TempPathFactory) -> Path:
     """fp32 and int8 exports under the session's base temp dir (reused when another folder made them)."""
     import torch
 
-    from blink.gateway.cache.embedder import ensure_onnx, resolve_model_dir
+    from blink.modelserver.embedder import ensure_onnx, resolve_model_dir
 
     torch.set_num_threads(1)
     path = factory.getbasetemp() / "onnx-shared"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from blink.gateway.auth import ApiKeyStore
+from blink.gateway.auth.keys import ApiKeyStore
 from blink.gateway.batch.store import sqlite_batch_store
 from blink.gateway.cache.stores.sqlite import SQLiteCacheStore
-from blink.gateway.cost_ledger import SpendLedger
+from blink.gateway.cost.ledger import SpendLedger
 from blink.private_files import private_dir, private_sqlite_path
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from blink.engine.errors import InvalidParameterError
 from blink.engine.sampling_params import SamplingParams
-from blink.gateway.request_parsing import validate
+from blink.gateway.http.request_parsing import validate
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.errors import InvalidRequestError
 from blink.request_limits import INT64_MAX, INT64_MIN, SAMPLING_LIMITS, wrap_seed

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import blink.serve
-from blink.cli import app
+from blink.cli.main import app
 from blink.config.models import DEFAULT_EMBEDDED_MODEL
 from blink.config.settings import Settings, load_settings
 from blink.demo.default_model import default_model_fallback

@@ -26,6 +26,7 @@ import aiohttp
 from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard
 from blink.config.vllm import VllmSettings
 from blink.protocol.errors import BackendUnavailableError
+from blink.tasks import cancel_and_wait
 
 log = logging.getLogger("blink.vllm")
 
@@ -107,10 +108,7 @@ class VllmProcessBackend:
 
     async def aclose(self) -> None:
         self._stopping = True
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
+        await cancel_and_wait(self._supervisor)
         await self._stop_process()
         await self.client.aclose()
 

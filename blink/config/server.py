@@ -17,7 +17,7 @@ class ServerSettings(BaseModel):
     # 1 MiB holds a ~250k-character conversation; larger bodies are almost always mistakes.
     max_body_bytes: ByteSize = 1_048_576
     # Generation requests in flight (streamed or not) before new ones get 503 + retry-after. A
-    # request takes its slot only once its whole body is in (blink/gateway/limits.py).
+    # request takes its slot only once its whole body is in (blink/gateway/http/edge_limits.py).
     max_concurrent_streams: int = Field(256, ge=1)
     # A request head (request line + headers) larger than this gets 431 and the connection closes.
     # 64 KiB holds large cookies and JWTs with room to spare (nginx's default is 4 x 8 KiB, Node's
@@ -43,7 +43,7 @@ class ServerSettings(BaseModel):
     # retry-after and closed at once. 0 = no cap (set it to 0 behind a proxy that hides addresses).
     max_connections_per_client: int = Field(128, ge=0)
     # A response's head leaves with its first body bytes, in one write (one segment and one client
-    # wake-up fewer on the first-token path; blink/gateway/http_protocol.py). false: uvicorn's own
+    # wake-up fewer on the first-token path; blink/gateway/http/uvicorn_protocol.py). false: uvicorn's own
     # two writes, the head at once.
     coalesce_writes: bool = True
     # /dashboard/events viewers at once; more get 503 + retry-after (all share one snapshot a second).

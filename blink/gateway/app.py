@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol
 
 from starlette.datastructures import State
 
 from blink.backends.registry import BackendRegistry
-from blink.config.gateway import ObsSettings
 from blink.config.server import ServerSettings
-from blink.gateway.auth import AuthMiddleware, KeyStore
+from blink.gateway.auth.keys import AuthMiddleware, KeyStore
+from blink.gateway.chat.routes import build_router
 from blink.gateway.dashboard import DashboardAccess, build_dashboard_feed, build_dashboard_router
-from blink.gateway.dispatch import GatewayApp, Layer, Routes
-from blink.gateway.errors import CatchAllMiddleware
 from blink.gateway.front import GatewayFront
-from blink.gateway.limits import BodyLimitMiddleware, ConcurrencyLimitMiddleware
-from blink.gateway.messages_errors import AnthropicErrorMiddleware
+from blink.gateway.http.dispatch import GatewayApp, Layer, Routes
+from blink.gateway.http.edge_limits import BodyLimitMiddleware, ConcurrencyLimitMiddleware
+from blink.gateway.http.errors import CatchAllMiddleware
+from blink.gateway.messages.errors import AnthropicErrorMiddleware
+from blink.gateway.messages.routes import add_messages_routes
 from blink.gateway.pipeline import GenerationPipeline
-from blink.gateway.routes import build_router
-from blink.gateway.sequence_quota import SequenceQuota
+from blink.gateway.precompute.service import PrecomputeService
+from blink.gateway.ratelimit.sequence_quota import SequenceQuota
 from blink.modelserver.server import ServedModels
+from blink.obs.engine_collector import LoadSource
 from blink.obs.metrics import GatewayMetrics
 from blink.obs.middleware import ObservabilityMiddleware
+from blink.obs.observer import Observability
 from blink.obs.setup import build_observability
 
 
@@ -39,24 +42,33 @@ class AppService(Protocol):
     async def aclose(self) -> None: ...
 
 
+def registry_loads(registry: BackendRegistry) -> LoadSource:
+    """The engine gauges /metrics reads at scrape time, never on the request path."""
+    return lambda: [(b.name, b.load()) for b in registry.backends()]
+
+
 def create_app(
     registry: BackendRegistry,
     server_settings: ServerSettings,
-    front: Callable[[GatewayMetrics], GatewayFront] | None = None,
+    pipeline: GenerationPipeline | None = None,
+    obs: Observability | None = None,
     key_store: KeyStore | None = None,
-    obs_settings: ObsSettings | None = None,
     model_server: ServedModels | None = None,
     models_router: Routes | None = None,
     services: Sequence[AppService] = (),
+    precompute: PrecomputeService | None = None,
 ) -> GatewayApp:
     """An ASGI app serving ``registry``'s models; backends start in its lifespan.
 
-    ``front`` builds the auth/rate-limit/cache stages (given the metrics registry); ``key_store``
-    turns API keys on.
+    The composition root (``serve.py``) builds ``obs`` and then ``pipeline`` (with its stages) over
+    ``obs``'s metrics, and passes both. Left out, the app has its own observability and a pipeline
+    with no stages (tests that exercise only the HTTP surface). ``key_store`` turns API keys on.
     """
-    obs = build_observability(obs_settings, lambda: [(b.name, b.load()) for b in registry.backends()])
+    obs = obs or build_observability(None, registry_loads(registry))
     metrics: GatewayMetrics = obs.metrics
-    gateway_front = front(metrics) if front is not None else GatewayFront()
+    if pipeline is None:
+        pipeline = GenerationPipeline(registry, GatewayFront(), SequenceQuota(server_settings.max_sequences_per_key))
+    gateway_front = pipeline.front
 
     @asynccontextmanager
     async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
@@ -75,18 +87,16 @@ def create_app(
                 model_server.close()
             obs.close()
 
-    state = State()
-    state.registry = registry
-    state.metrics = metrics
-    state.obs = obs
-    state.front = gateway_front
-    # The one generation pipeline: HTTP routes here, voice turns and batch lines via serve.py.
-    state.pipeline = pipeline = GenerationPipeline(
-        registry, gateway_front, SequenceQuota(server_settings.max_sequences_per_key))
+    # The one generation pipeline (state.pipeline): HTTP routes here, voice turns and batch lines
+    # through the services serve.py built over it.
+    state = State({"registry": registry, "metrics": metrics, "obs": obs, "front": gateway_front, "pipeline": pipeline,
+                   "model_server": model_server, "precompute": precompute})
     served = model_server.cards if model_server is not None else list
-    groups = [build_router(registry, server_settings, metrics, pipeline, served)]
+    openai_routes = build_router(registry, server_settings, metrics, pipeline, served)
+    add_messages_routes(openai_routes, registry, server_settings, metrics, pipeline)  # Anthropic's Messages API
+    groups = [openai_routes]
     groups += [service.router for service in services]
-    if models_router is not None:  # /v1/embeddings, /v1/classify, /v1/moderations (routes_models.py)
+    if models_router is not None:  # /v1/embeddings, /v1/classify, /v1/moderations (model_endpoints/)
         groups.append(models_router)
     if obs.live is not None:  # behind keys with the dashboard scope when keys are on
         state.dashboard_feed = build_dashboard_feed(obs, server_settings.dashboard_max_viewers)

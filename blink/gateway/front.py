@@ -16,12 +16,12 @@ from typing import Any
 from starlette.datastructures import Headers
 
 from blink.backends.base import GenerationRequest, StreamSource, Usage
-from blink.gateway.aggregate import ResponseAggregator
-from blink.gateway.auth import ApiKey
+from blink.gateway.auth.keys import ApiKey
 from blink.gateway.cache.head_start import HeadStart
 from blink.gateway.cache.stage import CacheDirectives, CacheLookup, ResponseCache
-from blink.gateway.cost_tracker import CostTracker
-from blink.gateway.ratelimit import RateLimiter, RateLimitTicket
+from blink.gateway.cost.tracker import CostTracker
+from blink.gateway.ratelimit.limiter import RateLimiter, RateLimitTicket
+from blink.gateway.rendering.aggregate import ResponseAggregator
 from blink.gateway.safety.stage import SafetyStage
 from blink.obs.redact import redact
 

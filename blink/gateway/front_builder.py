@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from blink.config.gateway import CacheSettings
 from blink.config.settings import Settings
-from blink.gateway.auth import ApiKeyStore, KeyStore
+from blink.gateway.auth.keys import ApiKeyStore, KeyStore
 from blink.gateway.cache.semantic import GuardedMatcher
 from blink.gateway.cache.stage import ResponseCache
 from blink.gateway.cache.store import CacheStore
+from blink.gateway.cost.tracker import CostTracker
 from blink.gateway.front import GatewayFront
-from blink.gateway.ratelimit import RateLimiter
+from blink.gateway.ratelimit.limiter import RateLimiter
 from blink.gateway.safety.metrics import SafetyCollector
 from blink.gateway.safety.stage import SafetyStage
-from blink.gateway.store_errors import StoreErrorRelay, StoreErrorSink
+from blink.gateway.storage.errors import StoreErrorSink
 from blink.modelserver.clients import EncoderClient
 from blink.obs.metrics import GatewayMetrics
 
@@ -24,7 +24,7 @@ def build_key_store(settings: Settings) -> KeyStore | None:
     if not settings.auth.enabled:
         return None
     if settings.auth.postgres_dsn:
-        from blink.gateway.auth_postgres import PostgresKeyStore
+        from blink.gateway.auth.postgres import PostgresKeyStore
 
         return PostgresKeyStore(settings.auth.postgres_dsn)
     return ApiKeyStore(settings.auth.keys_db)
@@ -84,20 +84,16 @@ def build_response_cache(
     return ResponseCache(build_cache_store(cache, dim, errors), cache, matcher)
 
 
-def build_front_factory(
-    settings: Settings, encoder: EncoderClient | None = None, safety: SafetyStage | None = None
-) -> Callable[[GatewayMetrics], GatewayFront]:
-    errors = StoreErrorRelay()  # shared-store failures, counted once the app's metrics exist
-    cache = build_response_cache(settings.cache, encoder, errors)
+def build_front(
+    settings: Settings, metrics: GatewayMetrics, encoder: EncoderClient | None = None,
+    safety: SafetyStage | None = None, cost: CostTracker | None = None,
+) -> GatewayFront:
+    """The stages around every generation: cache, rate limits, safety, cost accounting."""
+    cache = build_response_cache(settings.cache, encoder, metrics)
     limits = settings.ratelimit
     # Keys carry their own limits, so with API keys on the limiter is always consulted.
     wanted = settings.auth.enabled or limits.requests_per_minute or limits.tokens_per_minute or limits.models
-    limiter = RateLimiter(limits, errors) if wanted else None
-
-    def factory(metrics: GatewayMetrics) -> GatewayFront:
-        errors.bind(metrics)
-        if safety is not None:
-            metrics.registry.register(SafetyCollector(safety))
-        return GatewayFront(cache, limiter, safety)
-
-    return factory
+    limiter = RateLimiter(limits, metrics) if wanted else None
+    if safety is not None:
+        metrics.registry.register(SafetyCollector(safety))
+    return GatewayFront(cache, limiter, safety, cost)

@@ -37,14 +37,14 @@ from typing import Protocol
 
 from blink.backends.base import Delta, GenerationRequest, StreamSource, Usage
 from blink.backends.registry import BackendRegistry
-from blink.gateway.aggregate import ResponseAggregator
-from blink.gateway.auth import ApiKey, check_model_allowed
+from blink.gateway.auth.keys import ApiKey, check_model_allowed
 from blink.gateway.cache.entry import CachedResponse
 from blink.gateway.cache.head_start import HeadStart
 from blink.gateway.cache.replay import cached_deltas
 from blink.gateway.cache.stage import CacheDirectives, CacheLookup
 from blink.gateway.front import ANONYMOUS_KEY, DEFAULT_TENANT, Admission, GatewayFront
-from blink.gateway.sequence_quota import NO_LEASE, SequenceLease, SequenceQuota
+from blink.gateway.ratelimit.sequence_quota import NO_LEASE, SequenceLease, SequenceQuota
+from blink.gateway.rendering.aggregate import ResponseAggregator
 from blink.gateway.user_activity import NO_USER, UserActivity, UserLease
 from blink.obs import annotate, lap, stage
 from blink.protocol.errors import PermissionDeniedError
@@ -136,12 +136,13 @@ class Generation:
 
 
 class GenerationPipeline:
-    def __init__(self, registry: BackendRegistry, front: GatewayFront, quota: SequenceQuota | None = None) -> None:
+    def __init__(self, registry: BackendRegistry, front: GatewayFront, quota: SequenceQuota | None = None,
+                 observer: GenerationObserver | None = None) -> None:  # fmt: skip
         self.registry = registry
         self.front = front
         self.quota = quota or SequenceQuota(0)
-        # Attached by the composition root when pre-computation is on (serve.py).
-        self.observer: GenerationObserver | None = None
+        # Told of each finished generation when pre-computation is on (serve.py).
+        self.observer = observer
         # Users' requests in flight: pre-computation waits for quiet before spending CPU.
         self.activity = UserActivity()
 

@@ -19,7 +19,7 @@ DEFAULT_MAX_TOKENS = 256
 
 class OnnxEncoder:
     def __init__(self, model: str, onnx_dir: str | Path, quantize: bool, max_tokens: int = DEFAULT_MAX_TOKENS) -> None:
-        from blink.gateway.cache.embedder import ensure_onnx, resolve_model_dir
+        from blink.modelserver.embedder import ensure_onnx, resolve_model_dir
 
         model_dir = resolve_model_dir(model)
         self.path = ensure_onnx(model_dir, Path(onnx_dir).expanduser(), quantize)

@@ -70,7 +70,7 @@ class SamplingFields(StrictModel):
     # vLLM: prompt and output token ids in the response.
     return_token_ids: bool | None = None
     # vLLM's structured outputs (current form, then the legacy guided_* fields it still accepts);
-    # mapped to one StructuredOutput by blink/gateway/structured_request.py, which checks them.
+    # mapped to one StructuredOutput by blink/gateway/chat/structured_request.py, which checks them.
     structured_outputs: dict[str, Any] | None = None
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None

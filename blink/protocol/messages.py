@@ -1,7 +1,7 @@
 """``POST /v1/messages`` and ``POST /v1/messages/count_tokens`` request bodies (Anthropic's Messages API).
 
 The top level is strict, as Anthropic's API is: an unknown field is a 400 naming it. Content
-blocks, tools and ``tool_choice`` stay plain JSON here; ``blink.gateway.messages_request`` reads
+blocks, tools and ``tool_choice`` stay plain JSON here; ``blink.gateway.messages.request`` reads
 them with errors that name the block (``messages[2].content[0].type``), which a union of models
 would report as an unreadable list of tag mismatches. Fields Anthropic defines but a text-only
 open model cannot honour (``thinking``, server-side MCP, containers, context management) are

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from blink.backends.embedded import serving_choice
 from blink.config.models import EmbeddedModel
 from blink.engine.config import EngineConfig
-from blink.gateway.request_mapping import chat_request
+from blink.gateway.chat.request_mapping import chat_request
 from blink.protocol.chat import ChatCompletionRequest
 
 

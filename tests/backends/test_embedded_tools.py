@@ -10,7 +10,7 @@ from blink.backends.base import Delta, Usage
 from blink.backends.embedded_tools import ForcedCallParser, ToolCallStream, parser_factory
 from blink.backends.tool_parsers import HermesParser
 from blink.backends.tool_plan import plan_tools
-from blink.gateway.aggregate import ResponseAggregator
+from blink.gateway.rendering.aggregate import ResponseAggregator
 from blink.protocol.errors import InvalidRequestError
 
 TOOLS = [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "g"}}]
@@ -107,7 +107,7 @@ def test_wire_shape_is_what_the_openai_sdk_reads() -> None:
     import orjson
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-    from blink.gateway.streaming import ChunkEncoder
+    from blink.gateway.rendering.streaming import ChunkEncoder
 
     deltas = _feed(_stream({}), "Checking. " + CALLS, step=5)
     enc = ChunkEncoder("chat", "chatcmpl-1", "m", 0, include_usage=False)

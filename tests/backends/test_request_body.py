@@ -8,8 +8,8 @@ import pytest
 
 from blink.backends.base import GenerationRequest, SamplingOptions
 from blink.backends.request_body import MODELLED_FIELDS, openai_body, split_body
-from blink.gateway.request_mapping import chat_request, completion_request
-from blink.gateway.request_parsing import validate
+from blink.gateway.chat.request_mapping import chat_request, completion_request
+from blink.gateway.http.request_parsing import validate
 from blink.gateway.router.attempt_request import continuation, with_logprobs
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.completions import CompletionRequest

@@ -14,7 +14,7 @@ import typer
 import yaml
 from helm_render import NAMESPACE, RELEASE, VARIANTS, documents, gateway_yaml, named, one, workloads
 
-from blink.cli import app as blink_cli
+from blink.cli.main import app as blink_cli
 from blink.config.settings import Settings, load_settings
 
 Doc = dict[str, Any]

@@ -186,7 +186,7 @@ def test_kv_cache_dtype_travels_from_settings_to_the_engine_config() -> None:
 def test_cli_rejects_an_unknown_kv_cache_dtype_before_starting() -> None:
     from typer.testing import CliRunner
 
-    from blink.cli import app
+    from blink.cli.main import app
 
     result = CliRunner().invoke(app, ["serve", "--model", "m", "--kv-cache-dtype", "fp4"])
     assert result.exit_code == 2

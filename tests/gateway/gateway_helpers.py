@@ -13,7 +13,7 @@ from blink.config.gateway import CacheSettings
 from blink.config.models import OpenAIHTTPModel
 from blink.config.server import ServerSettings
 from blink.config.settings import Settings
-from blink.gateway.dispatch import GatewayApp
+from blink.gateway.http.dispatch import GatewayApp
 from blink.serve import build_app
 
 

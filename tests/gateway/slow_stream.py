@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from blink.backends.base import GenerationRequest
 from blink.backends.openai_http import OpenAIHTTPBackend
-from blink.gateway.generation_response import GenerationResponse
+from blink.gateway.rendering.generation_response import GenerationResponse
 from blink.obs.metrics import GatewayMetrics
 
 PATH = "/stream"

@@ -24,14 +24,14 @@ from blink.config.gateway import AuthSettings, ObsSettings, RateLimitSettings
 from blink.config.models import OpenAIHTTPModel
 from blink.config.server import ServerSettings
 from blink.config.settings import Settings
-from blink.gateway.auth import ApiKey, ApiKeyStore
+from blink.gateway.auth.keys import ApiKey, ApiKeyStore
 from blink.gateway.front import GatewayFront
 from blink.gateway.pipeline import Directives, GenerationPipeline
-from blink.gateway.ratelimit import RateLimiter
-from blink.gateway.sequence_quota import SequenceQuota
+from blink.gateway.ratelimit.limiter import RateLimiter
+from blink.gateway.ratelimit.sequence_quota import SequenceQuota
+from blink.gateway.voice_service import GatewayPath
 from blink.protocol.errors import PermissionDeniedError, RateLimitError
 from blink.serve import build_app, build_registry
-from blink.voice_gateway import GatewayPath
 
 MSGS = [{"role": "user", "content": "hi"}]
 

@@ -11,7 +11,7 @@ from live_server import LiveServer
 from modelserver_helpers import LABELS, model_server_settings
 from onnx_models import shared_onnx_dir
 
-from blink.gateway.cache.embedder import resolve_model_dir
+from blink.modelserver.embedder import resolve_model_dir
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import openai
 import pytest
 from live_server import LiveServer
 
-from blink.gateway.cache.embedder import resolve_model_dir
+from blink.modelserver.embedder import resolve_model_dir
 
 TEXTS = [
     "How do I reset my password?",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from tokenizers import Tokenizer
 
-from blink.gateway.cache.embedder import resolve_model_dir
+from blink.modelserver.embedder import resolve_model_dir
 from blink.modelserver.onnx_session import PaddedTokenizer
 
 # Small on purpose: the long text below crosses it without a long test input.

@@ -17,7 +17,7 @@ import pytest
 from cluster import Proc, gateway, replica
 from servers import PostgresServer, RedisServer
 
-from blink.gateway.auth_postgres import PostgresKeyStore
+from blink.gateway.auth.postgres import PostgresKeyStore
 
 SYSTEM = {"role": "system", "content": "You are a helpful travel-insurance assistant."}
 

@@ -21,11 +21,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from blink.backends.base import Backend
-from blink.cli import app as cli_app
+from blink.cli.main import app as cli_app
 from blink.config.gateway import AuthSettings
 from blink.config.models import EmbeddedModel, OpenAIHTTPModel
 from blink.config.settings import Settings
-from blink.gateway.auth import ApiKeyStore
+from blink.gateway.auth.keys import ApiKeyStore
 from blink.serve import build_app
 
 MODEL = "tiny"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from blink.gateway.auth import PRINCIPAL_STATE_KEY, SCOPE_ADMIN, ApiKey
+from blink.gateway.auth.keys import PRINCIPAL_STATE_KEY, SCOPE_ADMIN, ApiKey
 
 # The owner id of objects created with auth off (stored as NULL).
 ANONYMOUS = ""

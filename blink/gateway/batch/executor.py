@@ -21,13 +21,12 @@ from typing import Any, Protocol
 from starlette.datastructures import Headers
 
 from blink.backends.base import GenerationRequest, Usage
-from blink.backends.registry import BackendRegistry
-from blink.gateway.aggregate import ResponseAggregator
-from blink.gateway.auth import ApiKey, KeyStore
+from blink.gateway.auth.keys import ApiKey, KeyStore
+from blink.gateway.chat.request_mapping import chat_request, completion_request
 from blink.gateway.front import GatewayFront
+from blink.gateway.http.request_parsing import validate
 from blink.gateway.pipeline import Directives, GenerationPipeline
-from blink.gateway.request_mapping import chat_request, completion_request
-from blink.gateway.request_parsing import validate
+from blink.gateway.rendering.aggregate import ResponseAggregator
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.completions import CompletionRequest
 from blink.protocol.errors import AuthenticationError, BackendTimeoutError, BlinkError, InternalServerError
@@ -58,27 +57,22 @@ class PipelineLineExecutor:
 
     def __init__(
         self,
-        registry: BackendRegistry,
+        pipeline: GenerationPipeline,
         max_tokens_limit: int,
         timeout_s: float | None,
         key_store: KeyStore | None = None,
     ) -> None:
-        self._registry = registry
+        self.pipeline = pipeline
+        self._registry = pipeline.registry
         self._max_tokens_limit = max_tokens_limit
         self._timeout_s = timeout_s
         # None: API keys are off, and every line runs anonymously (as an interactive request would).
         self._key_store = key_store
-        self.pipeline: GenerationPipeline | None = None
-
-    def attach(self, pipeline: GenerationPipeline) -> None:
-        self.pipeline = pipeline
 
     async def __call__(self, body: dict[str, Any], endpoint: str, key_id: str | None) -> LineResult:
         request_id = ""
         try:
             pipeline = self.pipeline
-            if pipeline is None:
-                raise InternalServerError("The batch executor is not attached to the generation pipeline.")
             key = await self._principal(key_id)
             raw = dict(body)
             cache = GatewayFront.directives(raw, _NO_HEADERS)

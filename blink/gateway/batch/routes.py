@@ -23,8 +23,8 @@ from blink.gateway.batch.access import Caller, caller_of
 from blink.gateway.batch.jsonl import ENDPOINTS, iter_lines, parse_lines
 from blink.gateway.batch.runner import BatchRunner, new_file_id
 from blink.gateway.batch.store import CHUNK_BYTES, BatchRecord, BatchStore, FileRecord, StorageQuotaExceeded
-from blink.gateway.dispatch import Routes
-from blink.gateway.request_parsing import parse_json_object, require_json
+from blink.gateway.http.dispatch import Routes
+from blink.gateway.http.request_parsing import parse_json_object, require_json
 from blink.protocol.errors import InvalidRequestError, NotFoundError, RequestTooLargeError
 
 # OpenAI's only completion window; the job itself runs as soon as capacity allows.

@@ -27,6 +27,7 @@ import orjson
 from blink.gateway.batch.executor import LineExecutor, LineResult
 from blink.gateway.batch.jsonl import output_line
 from blink.gateway.batch.store import BatchRecord, BatchStore, FileRecord, PendingLine
+from blink.tasks import cancel_and_wait
 
 log = logging.getLogger("blink.gateway.batch")
 
@@ -70,11 +71,8 @@ class BatchRunner:
             self._task = asyncio.create_task(self._loop(), name="blink-batch-runner")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     def notify(self) -> None:
         """A batch was created: look for work now rather than at the next poll."""

@@ -8,7 +8,7 @@ from blink.gateway.batch.routes import build_batch_router
 from blink.gateway.batch.runner import BatchRunner, LineRetry
 from blink.gateway.batch.store import BatchStore, postgres_batch_store, sqlite_batch_store
 from blink.gateway.batch.sweeper import FileSweeper
-from blink.gateway.dispatch import Routes
+from blink.gateway.http.dispatch import Routes
 
 # Boundaries, part headers and the small form fields of an upload: a few hundred bytes in
 # practice; 64 KiB leaves room for long file names without letting a body grow unbounded.

@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, Protocol
 
 import orjson
 
-from blink.gateway.sql_store import POSTGRES, SQLITE, SqlStore, postgres_connect, sqlite_connect
+from blink.gateway.storage.sql import POSTGRES, SQLITE, SqlStore, postgres_connect, sqlite_connect
 
 # Rows of file content: small enough that a read or write holds little memory, large enough
 # that a 200 MB file is a few hundred rows.

@@ -8,11 +8,11 @@ all sweep: deleting an already deleted file is a no-op.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 from blink.gateway.batch.store import BatchStore
+from blink.tasks import cancel_and_wait
 
 log = logging.getLogger("blink.gateway.batch")
 
@@ -28,11 +28,8 @@ class FileSweeper:
             self._task = asyncio.create_task(self._loop(), name="blink-batch-file-sweeper")
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def sweep(self) -> int:
         """Delete the files expired by now; the number deleted."""

@@ -14,9 +14,9 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from blink.backends.base import Delta, GenerationRequest, Usage
-from blink.gateway.aggregate import ResponseAggregator
 from blink.gateway.cache.entry import CachedResponse
-from blink.gateway.streaming import DONE, ChunkEncoder
+from blink.gateway.rendering.aggregate import ResponseAggregator
+from blink.gateway.rendering.streaming import DONE, ChunkEncoder
 
 
 def cached_deltas(entry: CachedResponse) -> list[Delta]:

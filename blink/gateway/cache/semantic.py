@@ -43,7 +43,7 @@ class GuardedMatcher:
 
     @classmethod
     def from_settings(cls, s: SemanticCacheSettings) -> GuardedMatcher:
-        from blink.gateway.cache.embedder import OnnxEmbedder
+        from blink.modelserver.embedder import OnnxEmbedder
 
         return cls(OnnxEmbedder(s.model, s.onnx_dir, s.quantize), s.threshold, s.guard)
 

@@ -20,7 +20,7 @@ from blink.config.gateway import CacheSettings
 from blink.gateway.cache import keys
 from blink.gateway.cache.entry import CachedChoice, CachedResponse
 from blink.gateway.cache.store import CacheStore
-from blink.gateway.gc_tuning import freeze_loaded
+from blink.gateway.http.gc_tuning import freeze_loaded
 
 log = logging.getLogger("blink.cache")
 

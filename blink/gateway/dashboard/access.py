@@ -20,7 +20,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from blink.gateway.auth import SCOPE_DASHBOARD, ApiKey, KeyStore, _presented_key
+from blink.gateway.auth.keys import SCOPE_DASHBOARD, ApiKey, KeyStore, _presented_key
 from blink.protocol.errors import AuthenticationError, PermissionDeniedError
 
 COOKIE = "blink_dashboard"

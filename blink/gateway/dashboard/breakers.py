@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-# The gauge's encoding (blink/gateway/resilience/metrics.py): 0 closed, 1 half-open, 2 open.
+# The gauge's encoding (blink/gateway/router/metrics.py): 0 closed, 1 half-open, 2 open.
 _STATES = {0: "closed", 1: "half_open", 2: "open"}
 SERIES = "blink_breaker_state"
 

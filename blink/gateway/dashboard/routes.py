@@ -20,8 +20,8 @@ from blink.gateway.dashboard.access import DashboardAccess
 from blink.gateway.dashboard.breakers import breaker_states
 from blink.gateway.dashboard.feed import SnapshotFeed
 from blink.gateway.dashboard.savings import compression_panel, precompute_panel
-from blink.gateway.dispatch import Routes
-from blink.gateway.errors import error_response
+from blink.gateway.http.dispatch import Routes
+from blink.gateway.http.errors import error_response
 from blink.obs.observer import Observability
 from blink.protocol.errors import AuthenticationError, NotFoundError
 

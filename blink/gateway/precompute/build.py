@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from blink.config.settings import Settings
-from blink.gateway.auth import KeyStore
+from blink.gateway.auth.keys import KeyStore
 from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.precompute.metrics import PrecomputeCollector
 from blink.gateway.precompute.runner import RecipeRunner
@@ -28,7 +28,8 @@ def build_precompute(settings: Settings) -> PrecomputeService | None:
 
 def attach_precompute(service: PrecomputeService, pipeline: GenerationPipeline, key_store: KeyStore | None,
                       settings: Settings, registry: CollectorRegistry) -> None:  # fmt: skip
-    pipeline.observer = service
+    """The service observes ``pipeline`` (given at its construction) and runs its jobs through it:
+    the one mutual reference in the composition, so the runner is set here, right after."""
     service.attach(RecipeRunner(pipeline, key_store, settings.server.max_tokens_limit,
                                 settings.server.request_timeout_s, settings.cache.precompute.quiet_ms / 1000))
     registry.register(PrecomputeCollector(service.stats))

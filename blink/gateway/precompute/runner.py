@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import orjson
 
-from blink.gateway.aggregate import ResponseAggregator
-from blink.gateway.auth import ApiKey, KeyStore
+from blink.gateway.auth.keys import ApiKey, KeyStore
 from blink.gateway.cache.stage import CacheDirectives
+from blink.gateway.chat.request_mapping import chat_request, completion_request
+from blink.gateway.http.request_parsing import validate
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.gateway.precompute.recipe import CHAT, Recipe
-from blink.gateway.request_mapping import chat_request, completion_request
-from blink.gateway.request_parsing import validate
+from blink.gateway.rendering.aggregate import ResponseAggregator
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.completions import CompletionRequest
 from blink.protocol.errors import BlinkError

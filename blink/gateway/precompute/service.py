@@ -9,7 +9,6 @@ only wait behind the first in that lane, while holding KV blocks a user might ne
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import OrderedDict
@@ -22,12 +21,11 @@ import orjson
 from blink.backends.base import GenerationRequest
 from blink.backends.request_body import openai_body
 from blink.config.precompute import PrecomputeSettings
-from blink.gateway.aggregate import ResponseAggregator
-from blink.gateway.auth import ApiKey
+from blink.gateway.auth.keys import ApiKey
 from blink.gateway.cache import keys
 from blink.gateway.cache.stage import CacheLookup
-from blink.gateway.dispatch import Routes
 from blink.gateway.front import DEFAULT_TENANT
+from blink.gateway.http.dispatch import Routes
 from blink.gateway.precompute.budget import TokenBudget
 from blink.gateway.precompute.flows import FlowModel
 from blink.gateway.precompute.ledger import HotEntries
@@ -35,6 +33,8 @@ from blink.gateway.precompute.metrics import PrecomputeStats
 from blink.gateway.precompute.recipe import CHAT, COMPLETIONS, Recipe
 from blink.gateway.precompute.runner import JobResult
 from blink.gateway.precompute.storage import LiveEntries
+from blink.gateway.rendering.aggregate import ResponseAggregator
+from blink.tasks import cancel_and_wait
 
 log = logging.getLogger("blink.gateway.precompute")
 
@@ -91,11 +91,7 @@ class PrecomputeService:
             self._tasks.append(loop.create_task(self._scan()))
 
     async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks.clear()
 
     # -- GenerationObserver -----------------------------------------------------------------------

@@ -23,9 +23,9 @@ from typing import Any
 import orjson
 
 from blink.backends.base import Delta
-from blink.gateway.aggregate import ResponseAggregator
+from blink.gateway.rendering.aggregate import ResponseAggregator
+from blink.gateway.rendering.streaming import KEEP_ALIVE
 from blink.gateway.responses.render import ResponseRenderer, sse
-from blink.gateway.streaming import KEEP_ALIVE
 from blink.protocol.errors import BlinkError
 
 # Stores the finished response object; False when the store declined it (over budget).

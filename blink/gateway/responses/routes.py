@@ -20,16 +20,16 @@ from starlette.responses import Response
 from blink.backends.base import Delta, GenerationRequest
 from blink.config.responses import ResponsesSettings
 from blink.config.server import ServerSettings
-from blink.gateway.auth import PRINCIPAL_STATE_KEY, ApiKey
+from blink.gateway.auth.keys import PRINCIPAL_STATE_KEY, ApiKey
 from blink.gateway.batch.access import Caller, caller_of
 from blink.gateway.cache.entry import CachedResponse
 from blink.gateway.cache.replay import cached_deltas
-from blink.gateway.dispatch import Routes
+from blink.gateway.chat.request_mapping import apply_routing_headers
 from blink.gateway.front import GatewayFront
-from blink.gateway.generation_response import GenerationResponse
+from blink.gateway.http.dispatch import Routes
+from blink.gateway.http.request_parsing import parse_json_object, require_json, validate
 from blink.gateway.pipeline import Directives, GenerationPipeline
-from blink.gateway.request_mapping import apply_routing_headers
-from blink.gateway.request_parsing import parse_json_object, require_json, validate
+from blink.gateway.rendering.generation_response import GenerationResponse
 from blink.gateway.responses.http_response import ResponsesWire
 from blink.gateway.responses.render import ResponseRenderer
 from blink.gateway.responses.store import ResponseStore, StoredResponse

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from blink.config.responses import ResponsesSettings
 from blink.config.server import ServerSettings
-from blink.gateway.dispatch import Routes
+from blink.gateway.http.dispatch import Routes
 from blink.gateway.responses.routes import build_responses_router
 from blink.gateway.responses.store import ResponseStore, postgres_response_store, sqlite_response_store
 from blink.gateway.responses.write_behind import WriteBehindResponseStore

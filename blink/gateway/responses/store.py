@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from blink.gateway.sql_store import POSTGRES, SQLITE, SqlStore, postgres_connect, sqlite_connect
+from blink.gateway.storage.sql import POSTGRES, SQLITE, SqlStore, postgres_connect, sqlite_connect
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS responses (

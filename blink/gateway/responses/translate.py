@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from blink.backends.base import GenerationRequest
-from blink.gateway.request_mapping import chat_request
-from blink.gateway.request_parsing import validate
+from blink.gateway.chat.request_mapping import chat_request
+from blink.gateway.http.request_parsing import validate
 from blink.gateway.responses.items import chat_messages, new_id, normalize_input
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.errors import InvalidRequestError

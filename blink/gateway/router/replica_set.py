@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Callable
 import aiohttp
 
 from blink.backends.base import Backend, Delta, GenerationRequest, Health, Load, ModelCard
+from blink.backends.discovery import ReplicaSource, origin
 from blink.config.discovery import DiscoverySettings
-from blink.gateway.router.discovery import ReplicaSource, origin
 from blink.gateway.router.routed import RoutedBackend, RoutedConfig
 from blink.gateway.router.tier import Replica, Tier
 

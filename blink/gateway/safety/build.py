@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from blink.config.safety import SafetySettings
-from blink.gateway.safety.checks import Check, PiiCheck, RuleCheck
-from blink.gateway.safety.classifier_check import ClassifierCheck
-from blink.gateway.safety.pipeline import SafetyPipeline
-from blink.gateway.safety.profanity_check import ProfanityCheck, profanity_available
-from blink.gateway.safety.stage import SafetyStage
-from blink.gateway.safety.webhook import Webhook
+from blink.gateway.safety.checks import (
+    Check,
+    ClassifierCheck,
+    PiiCheck,
+    ProfanityCheck,
+    RuleCheck,
+    SafetyPipeline,
+    profanity_available,
+)
+from blink.gateway.safety.stage import SafetyStage, Webhook
 from blink.modelserver.server import ServedModels
 
 

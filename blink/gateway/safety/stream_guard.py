@@ -4,7 +4,8 @@ Deltas of a choice are held until its text reaches a sentence end, then the sent
 rest of the current one) is checked and the held deltas released. A flagged sentence is never
 sent: the choice ends with ``finish_reason: "content_filter"`` and, once every choice ended, the
 generation is closed (which aborts it upstream). PII in a sentence is redacted before release.
-"""
+
+A blocked input is a 400 with ``code: content_filter`` (Azure OpenAI's convention)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,17 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from blink.backends.base import Delta, GenerationRequest, StreamFn
-from blink.gateway.safety.errors import ContentFilteredError
-from blink.gateway.safety.pipeline import SafetyPipeline
-from blink.gateway.safety.texts import input_text
+from blink.gateway.safety.checks import SafetyPipeline, input_text
 from blink.obs.redact import redact
+from blink.protocol.errors import InvalidRequestError
+
+
+class ContentFilteredError(InvalidRequestError):
+    def __init__(self, categories: set[str]) -> None:
+        names = ", ".join(sorted(categories)) or "policy"
+        super().__init__(f"The request was blocked by the content filter ({names}).", param="messages",
+                         code="content_filter")  # fmt: skip
+
 
 # End of a sentence: terminal punctuation (plus closing quotes/brackets) before a space, or a newline.
 _SENTENCE_END = re.compile(r"[.!?;:][\"')\]]*(?=\s)|\n")
@@ -97,4 +105,3 @@ def _last_boundary(text: str) -> int:
     for m in _SENTENCE_END.finditer(text):
         last = m.end()
     return last
-

@@ -23,7 +23,7 @@ from blink.config.batch import BatchSettings
 from blink.config.gateway import AuthSettings
 from blink.config.models import OpenAIHTTPModel
 from blink.config.settings import Settings
-from blink.gateway.auth import SCOPE_ADMIN, ApiKeyStore
+from blink.gateway.auth.keys import SCOPE_ADMIN, ApiKeyStore
 from blink.serve import build_app
 
 

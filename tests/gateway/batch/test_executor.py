@@ -25,12 +25,12 @@ from blink.config.cost import CostSettings, ModelPrice
 from blink.config.gateway import AuthSettings, RateLimitSettings
 from blink.config.models import OpenAIHTTPModel
 from blink.config.settings import Settings
-from blink.gateway.auth import ApiKey, ApiKeyStore
+from blink.gateway.auth.keys import ApiKey, ApiKeyStore
 from blink.gateway.batch.executor import PipelineLineExecutor
 from blink.gateway.front import GatewayFront
 from blink.gateway.pipeline import GenerationPipeline
-from blink.gateway.ratelimit import RateLimiter
-from blink.gateway.sequence_quota import SequenceQuota
+from blink.gateway.ratelimit.limiter import RateLimiter
+from blink.gateway.ratelimit.sequence_quota import SequenceQuota
 from blink.serve import build_app, build_registry
 
 CHAT = "/v1/chat/completions"
@@ -112,8 +112,7 @@ async def executor(upstream: FakeUpstream, tmp_path: Path) -> AsyncIterator[tupl
     await registry.start_all()
     store = ApiKeyStore(tmp_path / "keys.db")
     front = GatewayFront(limiter=RateLimiter(RateLimitSettings()))
-    execute = PipelineLineExecutor(registry, 4096, 30.0, store)
-    execute.attach(GenerationPipeline(registry, front, SequenceQuota(64)))
+    execute = PipelineLineExecutor(GenerationPipeline(registry, front, SequenceQuota(64)), 4096, 30.0, store)
     try:
         yield execute, store
     finally:

@@ -20,7 +20,7 @@ from blink.config.batch import BatchSettings
 from blink.config.gateway import AuthSettings
 from blink.config.models import OpenAIHTTPModel
 from blink.config.settings import Settings
-from blink.gateway.auth import ApiKeyStore
+from blink.gateway.auth.keys import ApiKeyStore
 from blink.serve import build_app
 
 MAX_FILE = 64 * 1024

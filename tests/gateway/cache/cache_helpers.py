@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from blink.gateway.dispatch import GatewayApp
+from blink.gateway.http.dispatch import GatewayApp
 
 
 def wait_entries(app: GatewayApp, n: int, timeout: float = 5.0) -> None:

@@ -16,7 +16,7 @@ from blink.gateway.cache.stores.fail_soft import FailSoftStore
 from blink.gateway.cache.stores.postgres import PostgresCacheStore
 from blink.gateway.cache.stores.redis import RedisCacheStore
 from blink.gateway.cache.stores.tiered import TieredCacheStore
-from blink.gateway.store_errors import StoreErrorRelay
+from blink.gateway.storage.errors import StoreErrorRelay
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from blink.config.gateway import AuthSettings, CacheSettings
 from blink.config.models import OpenAIHTTPModel
 from blink.config.server import ServerSettings
 from blink.config.settings import Settings
-from blink.gateway.auth import ApiKeyStore
+from blink.gateway.auth.keys import ApiKeyStore
 from blink.serve import build_app
 
 SYSTEM = {"role": "system", "content": "You are a helpful support agent."}

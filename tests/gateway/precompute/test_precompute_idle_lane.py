@@ -23,7 +23,7 @@ from blink.config.gateway import CacheSettings
 from blink.config.models import EmbeddedModel
 from blink.config.server import ServerSettings
 from blink.config.settings import Settings
-from blink.gateway.dispatch import GatewayApp
+from blink.gateway.http.dispatch import GatewayApp
 
 HOT = [{"role": "user", "content": "Tell me a long story about the sea."}]
 # Long enough that the user's request lands while the refresh is still generating.

@@ -15,7 +15,7 @@ from gateway_helpers import cached_settings, serving
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
-from blink.gateway.dispatch import GatewayApp
+from blink.gateway.http.dispatch import GatewayApp
 
 HOT = [{"role": "user", "content": "Which plans do you sell?"}]
 QUIET_MS = 300

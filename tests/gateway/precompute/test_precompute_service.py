@@ -17,8 +17,8 @@ from upstream_server import FakeUpstream
 
 from blink.config.gateway import AuthSettings
 from blink.config.server import ServerSettings
-from blink.gateway.auth import ApiKeyStore
-from blink.gateway.dispatch import GatewayApp
+from blink.gateway.auth.keys import ApiKeyStore
+from blink.gateway.http.dispatch import GatewayApp
 
 SYSTEM = {"role": "system", "content": "You are the support agent of a broadband provider."}
 Q1 = "How do I reset my router?"

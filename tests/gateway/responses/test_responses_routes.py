@@ -26,7 +26,7 @@ from blink.config.gateway import AuthSettings, CacheSettings, ExactCacheSettings
 from blink.config.models import OpenAIHTTPModel
 from blink.config.responses import ResponsesSettings
 from blink.config.settings import Settings
-from blink.gateway.auth import SCOPE_ADMIN, ApiKeyStore
+from blink.gateway.auth.keys import SCOPE_ADMIN, ApiKeyStore
 from blink.gateway.responses.items import MAX_INPUT_ITEMS
 from blink.serve import build_app
 

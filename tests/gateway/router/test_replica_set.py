@@ -13,11 +13,11 @@ import pytest
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
+from blink.backends.discovery import DnsSource, StaticSource
 from blink.config.discovery import DiscoverySettings
 from blink.config.models import OpenAIHTTPModel
 from blink.config.server import ServerSettings
 from blink.config.settings import Settings
-from blink.gateway.router.discovery import DnsSource, StaticSource
 from blink.gateway.router.replica_set import ReplicaSetBackend
 from blink.serve import build_app
 

@@ -12,7 +12,7 @@ from scripted_upstream import ScriptedUpstream
 
 from blink.config.safety import SafetySettings
 from blink.gateway.safety.build import build_pipeline
-from blink.gateway.safety.profanity_check import ProfanityCheck
+from blink.gateway.safety.checks import ProfanityCheck
 from blink.serve import build_app
 
 PROFANE = "you are a fucking idiot and a piece of shit"

@@ -20,9 +20,9 @@ from scripted_upstream import ScriptedUpstream
 from blink.gateway.app import create_app
 from blink.gateway.front import GatewayFront
 from blink.gateway.front_builder import build_response_cache
-from blink.gateway.safety.pipeline import SafetyPipeline
+from blink.gateway.pipeline import GenerationPipeline
+from blink.gateway.safety.checks import SafetyPipeline, Verdict
 from blink.gateway.safety.stage import SafetyStage
-from blink.gateway.safety.verdict import Verdict
 from blink.serve import build_app, build_registry
 
 
@@ -82,7 +82,8 @@ def test_the_response_is_complete_before_the_check_can_finish(scripted: Scripted
     gated = GatedCheck()
     stage = SafetyStage(SafetyPipeline([gated]), "async")
     cache = build_response_cache(settings.cache)
-    app = create_app(build_registry(settings), settings.server, front=lambda metrics: GatewayFront(cache, None, stage))
+    registry = build_registry(settings)
+    app = create_app(registry, settings.server, GenerationPipeline(registry, GatewayFront(cache, None, stage)))
     with LiveServer(app) as server:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
         body, cache_outcome = _ask(client, "say: One. Two. Three.", stream=True)

@@ -6,9 +6,8 @@ import asyncio
 import time
 
 from blink.backends.base import GenerationRequest, SamplingOptions
-from blink.gateway.safety.pipeline import SafetyPipeline
+from blink.gateway.safety.checks import SafetyPipeline, Verdict
 from blink.gateway.safety.stage import SafetyStage
-from blink.gateway.safety.verdict import Verdict
 
 # Each busy step holds the loop this long: 10x the idle threshold (0.2 ms), so even a slow
 # machine cannot make a probe look on time while the loop is busy.

@@ -18,7 +18,7 @@ import numpy as np
 
 from blink.gateway.cache.entry import CachedResponse
 from blink.gateway.cache.store import CacheStats, CacheStore
-from blink.gateway.store_errors import StoreErrorSink
+from blink.gateway.storage.errors import StoreErrorSink
 
 log = logging.getLogger("blink.cache")
 T = TypeVar("T")

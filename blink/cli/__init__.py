@@ -1,0 +1,1 @@
+"""The ``blink`` command: one module per sub-command, assembled in ``main.py``."""

@@ -1,0 +1,1 @@
+"""API keys: the stores (SQLite, PostgreSQL) and the middleware that checks them."""

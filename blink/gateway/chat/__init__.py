@@ -1,0 +1,1 @@
+"""The OpenAI chat and legacy completions API: routes and request mapping."""

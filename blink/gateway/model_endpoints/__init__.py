@@ -1,0 +1,1 @@
+"""The non-generative endpoints over the model server: embeddings, classify, moderations."""

@@ -1,0 +1,1 @@
+"""Per-key and per-model rate limits and the per-key concurrent-sequence quota."""

@@ -1,0 +1,1 @@
+"""What the gateway's durable stores share: SQL plumbing and the store-error counter."""
