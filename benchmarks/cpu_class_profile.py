@@ -216,17 +216,33 @@ def build_kernels() -> str:
     return "\n".join(lines)
 
 
-def ttft_matrix(path: Path, threads: int, p: Plan, log: Warnings, engines: dict[str, LLMEngine]) -> str:
+@dataclass
+class Engines:
+    """One engine per mode, started on first use and shared by the sections (a start is seconds)."""
+
+    path: Path
+    threads: int
+    started: dict[str, LLMEngine] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def get(self, mode: str) -> LLMEngine | None:
+        if mode not in self.started and mode not in self.failed:
+            try:
+                self.started[mode] = engine(self.path, self.threads, mode)
+            except Exception as exc:  # noqa: BLE001 - reported in the section, the others still run
+                self.failed[mode] = f"{type(exc).__name__}: {exc}"[:400]
+        return self.started.get(mode)
+
+
+def ttft_matrix(engines: Engines, p: Plan, log: Warnings) -> str:
     rows = [f"| mode | attention | {' | '.join(f'TTFT @ {n} ms' for n in p.lengths)} |",
             "|---|---|" + "---|" * len(p.lengths)]
     notes: list[str] = []
     for mode in MODES:
-        try:
-            eng = engine(path, threads, mode)
-        except Exception as exc:  # noqa: BLE001
-            notes.append(f"- {mode}: engine failed to start: {type(exc).__name__}: {exc}")
+        eng = engines.get(mode)
+        if eng is None:
+            notes.append(f"- {mode}: engine failed to start: {engines.failed[mode]}")
             continue
-        engines[mode] = eng
         chosen = "kernel" if eng.runner.prefill_kernel else "sdpa"
         usable = kernel_usable(eng)
         notes.append(f"- {mode}: auto prefill attention = {chosen}; kernel usable: {usable}; "
@@ -265,33 +281,45 @@ def transformers_ttft(path: Path, p: Plan) -> str:
             + f"\n| transformers bf16 (attn {attn}) | {cells} |")
 
 
-def decode_figures(engines: dict[str, LLMEngine], p: Plan, log: Warnings) -> str:
-    rows = [f"| mode | decode path for {p.streams} rows | batch-1 decode tok/s | {p.streams}-stream tok/s |",
+def decode_figures(engines: Engines, p: Plan, log: Warnings) -> str:
+    """Batch-1 and many-stream decode per mode; the int8 modes' decode paths for wide steps (the
+    fused step, the GEMM from a few row counts) alternated over ``p.rounds`` rounds, median."""
+    rows = [f"| mode | decode path for {p.streams} rows | batch-1 decode tok/s | {p.streams}-stream tok/s (median of {p.rounds}) |",
             "|---|---|---|---|"]
-    for mode, eng in engines.items():
+    for mode in MODES:
+        eng = engines.get(mode)
+        if eng is None:
+            rows.append(f"| {mode} | engine failed: {engines.failed[mode]} | | |")
+            continue
         runner = eng.runner
         auto_rows = getattr(runner, "decode_gemm_rows", 0)
         b1 = decode_tok_s(eng, p)
         variants: list[tuple[str, int]] = [("as started", auto_rows)]
         if auto_rows and runner.fused_decode:
             variants = [("fused step", 10_000)] + [(f"GEMM from {r} rows", r) for r in p.gemm_rows]
-        for label, rows_setting in variants:
-            if auto_rows:
-                set_gemm_rows(eng, rows_setting)
-            run(eng, [rand_prompt(32, 7000 + i) for i in range(p.streams)], 4)  # warm this path
-            agg = streams_tok_s(eng, p)
-            rows.append(f"| {mode} | {label} | {b1:.1f} | {agg:.1f} |")
+        rates: dict[str, list[float]] = {label: [] for label, _ in variants}
+        for _ in range(p.rounds):
+            for label, rows_setting in variants:
+                if auto_rows:
+                    set_gemm_rows(eng, rows_setting)
+                run(eng, [rand_prompt(32, 7000 + i) for i in range(p.streams)], 4)  # warm this path
+                rates[label].append(streams_tok_s(eng, p))
         if auto_rows:
             set_gemm_rows(eng, auto_rows)
+        for label, got in rates.items():
+            spread = f" ({min(got):.0f}-{max(got):.0f})" if len(got) > 1 else ""
+            rows.append(f"| {mode} | {label} | {b1:.1f} | {statistics.median(got):.1f}{spread} |")
     return "\n".join(rows + [f"- log: {line}" for line in log.take()])
 
 
-def profiles(engines: dict[str, LLMEngine], path: Path, threads: int, p: Plan) -> str:
-    from torch.profiler import ProfilerActivity, profile, record_function
+def profiles(engines: Engines, p: Plan) -> str:
+    from torch.profiler import ProfilerActivity, profile
 
     cpu = read_cpu_features()
-    auto = choose_serving_config("auto", "auto", threads, "cpu", cpu, threads).quantization
-    eng = engines.get(auto) or engine(path, threads, auto)
+    auto = choose_serving_config("auto", "auto", engines.threads, "cpu", cpu, engines.threads).quantization
+    eng = engines.get(auto)
+    if eng is None:
+        return f"auto mode {auto}: engine failed to start: {engines.failed[auto]}"
     out = [f"Auto config for this CPU: quantization={auto}, prefill attention="
            f"{'kernel' if eng.runner.prefill_kernel else 'sdpa'}, decode_gemm_rows="
            f"{getattr(eng.runner, 'decode_gemm_rows', 'n/a')}"]
@@ -300,9 +328,20 @@ def profiles(engines: dict[str, LLMEngine], path: Path, threads: int, p: Plan) -
         ms = ttft_ms(eng, p.profile_len, 999)
     out.append(f"\nOne {p.profile_len}-token prefill ({ms:.0f} ms wall under the profiler), self CPU top 12:\n```\n"
                + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12) + "\n```")
+    out.append(decode_step_profile(eng, p, f"{auto} (auto)"))
+    if auto != "none" and (bf16 := engines.get("none")) is not None:
+        out.append(decode_step_profile(bf16, p, "none (bf16, eager)"))
+    return "\n".join(out)
+
+
+def decode_step_profile(eng: LLMEngine, p: Plan, label: str) -> str:
+    """Self-CPU profile of decode steps of ``p.streams`` rows, and the runner's share of them."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
     prompts = [rand_prompt(32, 8000 + i) for i in range(p.streams)]
     for i, pr in enumerate(prompts):
-        eng.add_request(f"prof-{i}", pr, SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))
+        eng.add_request(f"prof-{time.perf_counter_ns()}-{i}", pr,
+                        SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))
     for _ in range(4):  # prefill the streams and reach steady decode
         eng.step()
     runner, steps = eng.runner, 8
@@ -330,11 +369,10 @@ def profiles(engines: dict[str, LLMEngine], path: Path, threads: int, p: Plan) -
         del runner.execute
     while eng.has_unfinished():
         eng.step()
-    out.append(f"\n{steps} decode steps of {p.streams} rows: {wall / steps * 1000:.1f} ms per step under the "
-               f"profiler, {in_runner / wall:.0%} of it in the model runner's forward (the rest: scheduler, "
-               f"sampler, outputs). Self CPU top 12:\n```\n"
-               + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12) + "\n```")
-    return "\n".join(out)
+    return (f"\n{label}: {steps} decode steps of {p.streams} rows, {wall / steps * 1000:.1f} ms per step under the "
+            f"profiler, {in_runner / wall:.0%} of it in the model runner's forward (the rest: scheduler, "
+            f"sampler, outputs). Self CPU top 10:\n```\n"
+            + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=10) + "\n```")
 
 
 _ONEDNN_CHILD = r"""
@@ -495,10 +533,10 @@ def main() -> None:
             t0 = time.perf_counter()
             path = build("smollm2-135m", Path(tmp), "bfloat16")
             report.add(f"(random SmolLM2-135M-shape bf16 checkpoint built in {time.perf_counter() - t0:.0f} s)")
-            engines: dict[str, LLMEngine] = {}
+            engines = Engines(path, args.threads)
             if "ttft" not in skip:
                 section(report, "(a) Blink TTFT: mode x prefill attention (median)",
-                        lambda: ttft_matrix(path, args.threads, p, log, engines))
+                        lambda: ttft_matrix(engines, p, log))
             if "hf" not in skip:
                 section(report, "(b) transformers bf16 TTFT (median)", lambda: transformers_ttft(path, p))
             if "decode" not in skip:
@@ -507,8 +545,8 @@ def main() -> None:
                         lambda: decode_figures(engines, p, log))
             if "profile" not in skip:
                 section(report, "(d) per-op profile, auto configuration",
-                        lambda: profiles(engines, path, args.threads, p))
-            engines.clear()
+                        lambda: profiles(engines, p))
+            engines.started.clear()
         if "onednn" not in skip:
             section(report, "(e) oneDNN implementations (ONEDNN_VERBOSE=1, subprocess)",
                     lambda: onednn_implementations(args.threads))

@@ -20,9 +20,10 @@ from __future__ import annotations
 from blink.engine.cpu_features import CpuFeatures
 from blink.engine.errors import EngineError
 
-# Provisional AMX crossover: one AMX tile is 16 rows high, and below that the GEMM pays for rows
-# it does not use. Re-set from benchmarks/cpu_class_profile.py's row sweep on an AMX machine.
-AMX_GEMM_ROWS = 16
+# The AMX crossover, from benchmarks/cpu_class_profile.py's row sweep of one step's linears on an
+# AMX Xeon (figures in benchmarks/RESULTS.md): the int8 GEMV's cost grows with the rows while the
+# AMX GEMMs' stays flat, and they meet between 4 and 8 rows.
+AMX_GEMM_ROWS = 8
 
 
 def choose_decode_gemm_rows(setting: int, cpu: CpuFeatures, fused_max_rows: int) -> int:
