@@ -10,7 +10,8 @@ after each, so a run cut short still leaves what it measured:
       prefill attention ``kernel|sdpa`` (toggled on one engine per mode, alternating rounds);
   (b) ``transformers`` bf16 TTFT at the same lengths (the peer on the same machine);
   (c) batch-1 decode and ``--streams``-stream decode tok/s per mode, the int8 modes with the fused
-      step (``decode_gemm_rows`` past its limit) and with the GEMM dispatch from 4 / 8 / 16 rows;
+      step (``decode_gemm_rows`` past its limit) and with the GEMM dispatch from 8 rows (AMX default),
+      alternated over rounds;
   (d) a per-op profile (torch.profiler, self CPU, top 12) of one 1,024-token prefill and of
       decode steps of ``--streams`` rows for the configuration Blink picks for this CPU;
   (e) which oneDNN implementations ran (``ONEDNN_VERBOSE=1`` in a subprocess) for a bf16
@@ -74,7 +75,7 @@ def plan(quick: bool, args: argparse.Namespace) -> Plan:
     if quick:
         return Plan([64, 256], 1, 1, 16, 1, 4, 16, [4], [1, 4, 16], 256)
     return Plan([int(n) for n in args.lengths.split(",")], 3, 2, 64, 3, args.streams, args.stream_tokens,
-                [4, 8, 16], [1, 2, 4, 8, 16, 32, 64], 1024)
+                [8], [1, 2, 4, 8, 16, 32, 64], 1024)
 
 
 @dataclass
