@@ -17,7 +17,8 @@ after each, so a run cut short still leaves what it measured:
   (e) which oneDNN implementations ran (``ONEDNN_VERBOSE=1`` in a subprocess) for a bf16
       ``F.linear``, the pre-packed bf16 linear Blink uses, ``torch._int_mm`` and bf16 SDPA;
   (f) a row sweep of one decode step's linears (SmolLM2's 120 layer linears, distinct weights):
-      Blink's int8 GEMV vs oneDNN packed bf16 vs W8A8 ``_int_mm`` at 1-64 rows.
+      Blink's int8 GEMV vs oneDNN packed bf16 vs W8A8 ``_int_mm`` at 1-64 rows;
+  (g) one layer's prefill attention, kernel vs SDPA, on one thread in thread CPU time.
 
     python benchmarks/cpu_class_profile.py --threads 2 --cores 0,1 --out /tmp/prof   (~3-4 min)
     python benchmarks/cpu_class_profile.py --quick --out /tmp/prof                   (~1 min)
@@ -496,6 +497,39 @@ def row_sweep(threads: int, p: Plan) -> str:
     return "\n".join(out + ["", "ms per step (min of 2 after a warm-up pass), all 120 linears of one step."])
 
 
+def attention_micro(p: Plan) -> str:
+    """One layer's fresh-prefill attention (SmolLM2's 9/3 heads x 64), kernel vs SDPA, on one
+    thread and timed in thread CPU time, which a loaded machine disturbs far less than wall time."""
+    from blink.engine.kernels.attention import prefill_kernel_available
+    from blink.engine.layers.attention import PagedAttention, PrefillChunk
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    paths = ["sdpa"] + (["kernel"] if prefill_kernel_available() else [])
+    out = ["| tokens | " + " | ".join(f"{a} ms" for a in paths) + " | sdpa / kernel |", "|---|" + "---|" * (len(paths) + 1)]
+    try:
+        for n in p.lengths:
+            g = torch.Generator().manual_seed(n)
+            q = torch.randn(n, 9, 64, generator=g).to(torch.bfloat16)
+            k, v = (torch.randn(n, 3, 64, generator=g).to(torch.bfloat16) for _ in range(2))
+            chunk = PrefillChunk(start=0, end=n, context_len=0)
+            ms: dict[str, float] = {}
+            for attn in paths:
+                layer = PagedAttention(9, 3, 64, 64**-0.5)
+                layer.prefill_kernel = attn == "kernel"
+                times = []
+                for _ in range(6):
+                    t0 = time.thread_time()
+                    layer._prefill(q, k, v, chunk)
+                    times.append(time.thread_time() - t0)
+                ms[attn] = min(times[1:]) * 1000
+            ratio = f"{ms['sdpa'] / ms['kernel']:.2f}" if "kernel" in ms else "-"
+            out.append(f"| {n} | " + " | ".join(f"{ms[a]:.2f}" for a in paths) + f" | {ratio} |")
+    finally:
+        torch.set_num_threads(before)
+    return "\n".join(out)
+
+
 @contextlib.contextmanager
 def captured_warnings() -> Iterator[Warnings]:
     handler = Warnings()
@@ -517,7 +551,7 @@ def main() -> None:
     ap.add_argument("--stream-tokens", type=int, default=64)
     ap.add_argument("--out", default="", help="also write DIR/cpu_profile.md (rewritten after each section)")
     ap.add_argument("--quick", action="store_true", help="tiny run (~1 min) to check the script works")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: ttft,hf,decode,profile,onednn,sweep")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: ttft,hf,decode,profile,onednn,attention,sweep")
     args = ap.parse_args()
     p = plan(args.quick, args)
     skip = set(filter(None, args.skip.split(",")))
@@ -551,6 +585,9 @@ def main() -> None:
         if "onednn" not in skip:
             section(report, "(e) oneDNN implementations (ONEDNN_VERBOSE=1, subprocess)",
                     lambda: onednn_implementations(args.threads))
+        if "attention" not in skip:
+            section(report, "(g) prefill attention of one layer, 1 thread, thread CPU time (min of 5)",
+                    lambda: attention_micro(p))
         if "sweep" not in skip:
             section(report, "(f) decode-step linears by row count (ms per step)", lambda: row_sweep(args.threads, p))
     report.add(f"(total {time.perf_counter() - started:.0f} s)")
