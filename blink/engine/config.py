@@ -99,6 +99,10 @@ class EngineConfig(BaseModel):
     # Causal attention of fresh bf16 prefill chunks: "auto" (by CPU class: torch's SDPA on AMX
     # CPUs, Blink's AVX-512 kernel elsewhere; attention_dispatch.py), "kernel", "sdpa".
     prefill_attention: Literal["auto", "kernel", "sdpa"] = "auto"
+    # Decode-only steps of at least this many rows leave the fused int8 step for oneDNN's GEMM on
+    # the dense (int8-dense-prefill) or W8A8 (int8-w8a8) weight; 0 = by CPU class (AMX: 8 rows,
+    # elsewhere never: decode_gemm_dispatch.py). Other quantization modes are unaffected.
+    decode_gemm_rows: int = Field(0, ge=0)
     # Decode-only steps replayed from captured graphs (decode_graphs.py): "auto" (CUDA graphs on
     # a CUDA device, off elsewhere), "off", or "replay" (the same padded static buffers without
     # capturing, on any device: what the CPU tests check the padding with).

@@ -21,6 +21,7 @@ from blink.engine.attention_dispatch import PREFILL_ATTENTION_SETTINGS, choose_p
 from blink.engine.compiled_decode import MAX_BATCH, CompiledDecode
 from blink.engine.config import EngineConfig
 from blink.engine.cpu_features import read_cpu_features
+from blink.engine.decode_gemm_dispatch import choose_decode_gemm_rows
 from blink.engine.decode_graphs import CudaGraphCapture, DecodeGraphs, GraphCapture, ReplayWithoutGraph
 from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
@@ -30,7 +31,7 @@ from blink.engine.kernels.switches import with_env_overrides
 from blink.engine.kernels.w8a8 import w8a8_available
 from blink.engine.kv_cache_dtype import has_scales, resolve_kv_cache_dtype
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
-from blink.engine.layers.linear_int8 import quantize_model
+from blink.engine.layers.linear_int8 import Int8Linear, quantize_model
 from blink.engine.layers.packed_linear import prepack_model
 from blink.engine.layers.smoothing import CALIBRATION_TOKENS, recorded_input_ranges
 from blink.engine.loader import instantiate, open_checkpoint, resolve_dtype, resolve_model_path
@@ -139,6 +140,7 @@ class ModelRunner:
         # built now, after the KV pool exists, so no request pays the build.
         self._fused = build_fused_decode(model) if config.fused_decode else None
         self.fused_decode = self._fused is not None
+        self.decode_gemm_rows = self._dispatch_decode_gemm(model)
         self.compile_seconds = 0.0
         # The fused step serves every batch the graph would (1-3 rows), so compiling (minutes)
         # would only be wasted start-up time.
@@ -146,6 +148,20 @@ class ModelRunner:
             self._compile_decode()
         if graph_capture is not None:
             self._capture_decode_graphs(graph_capture)
+
+    def _dispatch_decode_gemm(self, model: Any) -> int:
+        """Fewest rows of a decode-only step that skip the fused step for the linears' oneDNN GEMM
+        (decode_gemm_dispatch.py); 0 where nothing changes (no fused step, or no GEMM weight)."""
+        layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
+        if self._fused is None or not any(m.has_gemm_weight for m in layers):
+            return 0
+        rows = choose_decode_gemm_rows(self.config.decode_gemm_rows, read_cpu_features(), self._fused.max_rows)
+        for m in layers:
+            m.gemm_min_rows = rows
+        if rows <= self._fused.max_rows:
+            log.info("decode steps of %d+ rows: oneDNN GEMM on the %s weights (setting %s); fewer: fused step",
+                     rows, self.quantization, self.config.decode_gemm_rows or "auto")
+        return rows
 
     def _graph_capture(self) -> GraphCapture | None:
         setting = self.config.decode_graphs
@@ -278,7 +294,7 @@ class ModelRunner:
         # Decodes and verification spans (every token needs logits) run the fused step: one row
         # per token, so its logits come back in exactly this method's order. Prefill chunks (one
         # logits row) stay on the eager path, whose rounding the prefill tests pin.
-        if fused is not None and all(s.num_logits == len(s.tokens) for s in spans):
+        if fused is not None and all(s.num_logits == len(s.tokens) for s in spans) and not self._gemm_step(spans):
             groups = self._fused_groups(spans, fused)
             if groups is not None:
                 out = [fused(*self._fused_inputs(g)) for g in groups]
@@ -293,6 +309,11 @@ class ModelRunner:
             return graph(input_ids, positions, meta.slot_mapping, tables, mask)
         hidden = self.model(input_ids, positions, meta)
         return self.model.compute_logits(hidden[logits_rows])
+
+    def _gemm_step(self, spans: Seq[RunSpan]) -> bool:
+        """A decode-only step wide enough for the GEMM path (verification spans never are)."""
+        rows = self.decode_gemm_rows
+        return 0 < rows <= len(spans) and all(len(s.tokens) == 1 for s in spans)
 
     @staticmethod
     def _span(item: ScheduledSeq) -> RunSpan:

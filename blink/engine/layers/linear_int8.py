@@ -110,6 +110,14 @@ class Int8Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         # oneDNN-packed copy of ``dense`` (packed_linear.py), set by ``prepack``.
         self.packed_dense: torch.Tensor | None = None
+        # Set by the model runner from the CPU class (decode_gemm_dispatch.py): calls of at least
+        # this many rows take the GEMM weight (dense or W8A8) even below the thresholds here.
+        self.gemm_min_rows: int | None = None
+
+    @property
+    def has_gemm_weight(self) -> bool:
+        """Whether many-row calls have a oneDNN GEMM to go to (the dense or the W8A8 weight)."""
+        return self.dense is not None or self.w8a8_weight is not None
 
     def prepack(self) -> bool:
         """Pack the kept dense weight for the many-row calls; False without one (or off bf16 CPU)."""
@@ -121,14 +129,18 @@ class Int8Linear(nn.Module):
         packed bf16 GEMM where both exist, else DENSE_MIN_ROWS (aten's int8 kernel, or an unpacked
         dense weight such as fp32's, which stays the exact prefill path)."""
         if self.gemv and self.packed_dense is not None and not torch.compiler.is_compiling():
-            return GEMV_DENSE_MAX_ROWS + 1
+            return self._gemm_rows(GEMV_DENSE_MAX_ROWS + 1)
         return DENSE_MIN_ROWS
+
+    def _gemm_rows(self, default: int) -> int:
+        """``default``, or fewer where the CPU class moves the GEMM crossover down (AMX)."""
+        return default if self.gemm_min_rows is None else min(default, self.gemm_min_rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         rows = x.numel() // self.in_features
         w8a8_weight, w_scales = self.w8a8_weight, self.w_scales
-        if w8a8_weight is not None and w_scales is not None and rows > GEMV_DENSE_MAX_ROWS:
+        if w8a8_weight is not None and w_scales is not None and rows >= self._gemm_rows(GEMV_DENSE_MAX_ROWS + 1):
             if not torch.compiler.is_compiling():
                 return self._w8a8_forward(x, w8a8_weight, w_scales).reshape(*lead, self.out_features)
         if self.dense is not None and rows >= self._dense_min_rows():
