@@ -12,12 +12,14 @@ CPU step off, so every step takes the code path a GPU step takes. Phases:
 - detokenize: ``IncrementalDetokenizer.add``;
 - post-process: the rest of ``LLMEngine.step`` (stop checks, appending, output objects).
 
-Phase timers cost a little themselves, so the uninstrumented wall time per step is printed too
+Phase timers cost a little themselves, so the uninstrumented time per step is printed too
 (``step, plain``), as is the host time without the forward. ``--rounds`` alternates plain and
-instrumented runs in one process. Timings need a quiet machine:
+instrumented runs in one process. Wall-clock timings need a quiet machine; ``--clock cpu`` (the
+thread's CPU time) compares two trees on a loaded one:
 
-    python benchmarks/step_overhead.py            # batch 1 and 64, 3 rounds
-    python benchmarks/step_overhead.py --quick    # a few steps, proves it runs
+    python benchmarks/step_overhead.py                  # batch 1 and 64, 3 rounds, wall clock
+    python benchmarks/step_overhead.py --clock cpu      # on a loaded machine
+    python benchmarks/step_overhead.py --quick          # a few steps, proves it runs
 """
 
 from __future__ import annotations
@@ -49,20 +51,21 @@ PHASES = ("schedule", "prepare", "forward", "sample", "detokenize", "post-proces
 
 
 class Probe:
-    """Seconds spent inside wrapped callables, per phase."""
+    """Seconds spent inside wrapped callables, per phase, on ``clock``."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
         self.seconds: defaultdict[str, float] = defaultdict(float)
+        self.clock = clock
 
     def timed(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        seconds = self.seconds
+        seconds, clock = self.seconds, self.clock
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
+            t0 = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                seconds[phase] += time.perf_counter() - t0
+                seconds[phase] += clock() - t0
 
         return wrapper
 
@@ -92,7 +95,8 @@ def instrumented(eng: LLMEngine, probe: Probe) -> Iterator[None]:
             delattr(obj, name)
 
 
-def decode_steps(eng: LLMEngine, batch: int, steps: int, tag: str, probe: Probe | None) -> float:
+def decode_steps(eng: LLMEngine, batch: int, steps: int, tag: str, probe: Probe | None,
+                 clock: Callable[[], float]) -> float:
     """Seconds per step over ``steps`` decode-only steps of ``batch`` greedy sequences."""
     params = SamplingParams(max_tokens=steps + 8, temperature=0.0, ignore_eos=True)
     for i in range(batch):
@@ -103,10 +107,10 @@ def decode_steps(eng: LLMEngine, batch: int, steps: int, tag: str, probe: Probe 
         eng.step()
     ctx = instrumented(eng, probe) if probe is not None else _nothing()
     with ctx:
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(steps):
             eng.step()
-        elapsed = time.perf_counter() - t0
+        elapsed = clock() - t0
     for i in range(batch):
         eng.abort_request(f"{tag}-{i}")
     return elapsed / steps
@@ -123,12 +127,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: this thread's CPU time (with --threads 1 the forward runs on it too), "
+                         "for comparisons on a loaded machine; wall on a quiet one")
     ap.add_argument("--quick", action="store_true", help="a few steps, one round: proves it runs")
     args = ap.parse_args()
     if args.quick:
         args.steps, args.rounds = 10, 1
     torch.set_num_threads(args.threads)
-    print(f"CPU: {read_cpu_features().describe()}; torch threads {args.threads}")
+    clock = time.perf_counter if args.clock == "wall" else time.thread_time
+    print(f"CPU: {read_cpu_features().describe()}; torch threads {args.threads}; {args.clock} clock")
     with tempfile.TemporaryDirectory() as tmp:
         path = build_tiny_checkpoint(Path(tmp) / "tiny", "llama", seed=1)
         cfg = EngineConfig(model=str(path), max_model_len=1024, max_num_seqs=max(args.batches),
@@ -144,9 +152,9 @@ def main() -> None:
             plain: list[float] = []
             phases: defaultdict[str, list[float]] = defaultdict(list)
             for r in range(args.rounds):
-                plain.append(decode_steps(eng, batch, args.steps, f"p{batch}-{r}", None))
-                probe = Probe()
-                per_step = decode_steps(eng, batch, args.steps, f"i{batch}-{r}", probe)
+                plain.append(decode_steps(eng, batch, args.steps, f"p{batch}-{r}", None, clock))
+                probe = Probe(clock)
+                per_step = decode_steps(eng, batch, args.steps, f"i{batch}-{r}", probe, clock)
                 s = {k: v / args.steps for k, v in probe.seconds.items()}
                 measured = {
                     "schedule": s.get("schedule", 0.0),
@@ -159,12 +167,11 @@ def main() -> None:
                 for k, v in measured.items():
                     phases[k].append(v)
                 phases["step, instrumented"].append(per_step)
+                phases["host (instrumented - forward)"].append(per_step - measured["forward"])
             plain_s = statistics.median(plain)
-            for k in (*PHASES, "step, instrumented"):
+            for k in (*PHASES, "step, instrumented", "host (instrumented - forward)"):
                 rows[k].append(f"{statistics.median(phases[k]) * 1e6:,.0f}")
             rows["step, plain"].append(f"{plain_s * 1e6:,.0f}")
-            host = plain_s - statistics.median(phases["forward"])
-            rows["host (plain - forward)"].append(f"{host * 1e6:,.0f}")
         print(header)
         print("|---|" + "---|" * len(args.batches))
         for k, vals in rows.items():
