@@ -20,6 +20,7 @@ thread's CPU time) compares two trees on a loaded one:
     python benchmarks/step_overhead.py                  # batch 1 and 64, 3 rounds, wall clock
     python benchmarks/step_overhead.py --clock cpu      # on a loaded machine
     python benchmarks/step_overhead.py --quick          # a few steps, proves it runs
+    python benchmarks/step_overhead.py --device cuda --shape qwen05 --dtype bfloat16  # on a GPU
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ from blink.engine.detokenizer import IncrementalDetokenizer  # noqa: E402
 from blink.engine.llm_engine import LLMEngine  # noqa: E402
 from blink.engine.sampling_params import SamplingParams  # noqa: E402
 
+# benchmarks/gpu_check.py's Qwen2.5-0.5B shape (the prompts here stay inside the trained
+# tokenizer's 512 ids; the embedding is padded past them as the real model's is).
+QWEN05 = dict(hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2, intermediate_size=4864,
+              vocab_size=151936, extra_config={"rope_theta": 1000000.0})
 PHASES = ("schedule", "prepare", "forward", "sample", "detokenize", "post-process")
 
 
@@ -82,7 +87,8 @@ def instrumented(eng: LLMEngine, probe: Probe) -> Iterator[None]:
     sched.update_after_step = probe.timed("schedule", sched.update_after_step)  # type: ignore[method-assign]
     runner.execute = probe.timed("execute", runner.execute)  # type: ignore[method-assign]
     eng._sample_each = probe.timed("sample", eng._sample_each)  # type: ignore[method-assign]
-    graphs._steps = {key: (step, probe.timed("forward", replay)) for key, (step, replay) in saved_steps.items()}
+    forward = {key: (step, _synced(replay, runner.device)) for key, (step, replay) in saved_steps.items()}
+    graphs._steps = {key: (step, probe.timed("forward", replay)) for key, (step, replay) in forward.items()}
     add = IncrementalDetokenizer.add
     IncrementalDetokenizer.add = probe.timed("detokenize", add)  # type: ignore[method-assign]
     try:
@@ -93,6 +99,20 @@ def instrumented(eng: LLMEngine, probe: Probe) -> Iterator[None]:
         for obj, name in ((sched, "schedule"), (sched, "update_after_step"), (runner, "execute"),
                           (eng, "_sample_each")):
             delattr(obj, name)
+
+
+def _synced(replay: Callable[[], torch.Tensor], device: torch.device) -> Callable[[], torch.Tensor]:
+    """On a GPU, wait for the replay, so its time lands in "forward" and not in the next phase
+    that syncs (the sampler's device->host copy). A no-op wrapper elsewhere."""
+    if device.type != "cuda":
+        return replay
+
+    def run() -> torch.Tensor:
+        out = replay()
+        torch.cuda.synchronize(device)
+        return out
+
+    return run
 
 
 def decode_steps(eng: LLMEngine, batch: int, steps: int, tag: str, probe: Probe | None,
@@ -130,6 +150,11 @@ def main() -> None:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: this thread's CPU time (with --threads 1 the forward runs on it too), "
                          "for comparisons on a loaded machine; wall on a quiet one")
+    ap.add_argument("--device", default="cpu", help="cuda: CUDA graphs captured (decode_graphs=auto), "
+                    "the forward synced so its time is its own")
+    ap.add_argument("--shape", choices=("tiny", "qwen05"), default="tiny",
+                    help="qwen05: the Qwen2.5-0.5B shape of benchmarks/gpu_check.py (random weights)")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     ap.add_argument("--quick", action="store_true", help="a few steps, one round: proves it runs")
     args = ap.parse_args()
     if args.quick:
@@ -138,13 +163,17 @@ def main() -> None:
     clock = time.perf_counter if args.clock == "wall" else time.thread_time
     print(f"CPU: {read_cpu_features().describe()}; torch threads {args.threads}; {args.clock} clock")
     with tempfile.TemporaryDirectory() as tmp:
-        path = build_tiny_checkpoint(Path(tmp) / "tiny", "llama", seed=1)
-        cfg = EngineConfig(model=str(path), max_model_len=1024, max_num_seqs=max(args.batches),
-                           max_num_batched_tokens=4096, kv_cache_memory_bytes=64 << 20,
-                           enable_prefix_caching=False, decode_graphs="replay", fused_decode=False,
+        shape = QWEN05 if args.shape == "qwen05" else {}
+        arch = "qwen2" if args.shape == "qwen05" else "llama"
+        path = build_tiny_checkpoint(Path(tmp) / "model", arch, seed=1, **shape)  # type: ignore[arg-type]
+        graphs = "auto" if args.device.startswith("cuda") else "replay"
+        cfg = EngineConfig(model=str(path), device=args.device, dtype=args.dtype, max_model_len=1024,
+                           max_num_seqs=max(args.batches), max_num_batched_tokens=4096,
+                           kv_cache_memory_bytes=(2 << 30) if args.shape == "qwen05" else (64 << 20),
+                           enable_prefix_caching=False, decode_graphs=graphs, fused_decode=False,
                            threads=args.threads)
         eng = LLMEngine(cfg, path)
-        print(f"tiny llama (hidden 64, 2 layers, vocab 512), decode_graphs=replay, fused_decode off; "
+        print(f"{args.shape} {arch} ({args.dtype}) on {args.device}, decode_graphs={graphs}, fused_decode off; "
               f"{args.steps} steps x {args.rounds} rounds, medians")
         header = "| phase (µs/step) | " + " | ".join(f"batch {b}" for b in args.batches) + " |"
         rows: dict[str, list[str]] = defaultdict(list)
