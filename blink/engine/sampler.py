@@ -68,7 +68,7 @@ def _plain_greedy(seq: Sequence) -> bool:
 
 def _min_tokens_active(seq: Sequence) -> bool:
     p = seq.params
-    return seq.num_output_tokens < p.min_tokens and bool(seq.eos_token_ids or p.stop_token_ids)
+    return p.min_tokens > 0 and seq.num_output_tokens < p.min_tokens and bool(seq.eos_token_ids or p.stop_token_ids)
 
 
 def _mask_stop_tokens(logits: torch.Tensor, row: int, seq: Sequence) -> None:
