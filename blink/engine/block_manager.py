@@ -149,6 +149,10 @@ class BlockManager:
         sequence starts after them. All-or-nothing: returns False and changes nothing if the pool
         cannot supply the blocks even after evicting every unreferenced cached block.
         """
+        if not computed_blocks and seq.num_computed_tokens + num_new_tokens <= len(seq.block_table) * self.block_size:
+            # The table already covers them (most decode steps): nothing to take from the pool.
+            self.cache_full_blocks(seq)
+            return True
         computed = computed_blocks or []
         if computed and seq.block_table:
             raise ValueError("computed_blocks can only be given when the sequence holds no blocks")

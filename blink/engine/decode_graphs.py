@@ -18,6 +18,7 @@ KV cache as the eager path leaves them; only the capture itself needs a GPU.
 
 from __future__ import annotations
 
+import array
 import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -94,8 +95,9 @@ def width_buckets(max_blocks: int) -> tuple[int, ...]:
 
 @dataclass
 class _StaticStep:
-    """One bucket's input buffers and its captured forward."""
+    """One bucket's input buffers: views of one flat buffer, filled by one copy per step."""
 
+    flat: torch.Tensor  # [B * (4 + W)] int64: the five below, in this order
     ids: torch.Tensor  # [B] int64
     positions: torch.Tensor  # [B] int64
     slots: torch.Tensor  # [B] int64
@@ -147,7 +149,7 @@ class DecodeGraphs:
         with block table ``tables[i]`` (covering that position)."""
         n = len(tokens)
         bs = self.block_size
-        width = max(pos // bs + 1 for pos in positions)
+        width = max(positions) // bs + 1
         batch_bucket = bucket_at_least(self.batch_buckets, n)
         width_bucket = bucket_at_least(self.width_buckets, width)
         if batch_bucket is None or width_bucket is None:
@@ -155,17 +157,25 @@ class DecodeGraphs:
         step, replay = self._step(batch_bucket, width_bucket)
         scratch = self.scratch_block
         pad = batch_bucket - n
-        # Built on the host as one tensor per input and copied once each; padding rows decode
-        # token 0 at position 0 into the scratch block and read only that slot.
-        table_rows = [list(t[: pos // bs + 1]) + [scratch] * (width_bucket - pos // bs - 1)
-                      for t, pos in zip(tables, positions, strict=True)]
-        table_rows += [[scratch] * width_bucket] * pad
-        slots = [t[pos // bs] * bs + pos % bs for t, pos in zip(tables, positions, strict=True)]
-        step.ids.copy_(torch.tensor(list(tokens) + [0] * pad), non_blocking=True)
-        step.positions.copy_(torch.tensor(list(positions) + [0] * pad), non_blocking=True)
-        step.slots.copy_(torch.tensor(slots + [scratch * bs] * pad), non_blocking=True)
-        step.lens.copy_(torch.tensor([p + 1 for p in positions] + [1] * pad), non_blocking=True)
-        step.tables.copy_(torch.tensor(table_rows), non_blocking=True)
+        # Every input in one host list, laid out as the bucket's flat buffer, so a step makes one
+        # host tensor and one copy to the device (each copy is a transfer and a sync on a GPU).
+        # Padding rows decode token 0 at position 0 into the scratch block and read only that slot.
+        flat = list(tokens)
+        flat += [0] * pad
+        flat += positions
+        flat += [0] * pad
+        flat += [t[p // bs] * bs + p % bs for t, p in zip(tables, positions, strict=True)]
+        flat += [scratch * bs] * pad
+        flat += [p + 1 for p in positions]
+        flat += [1] * pad
+        for t, p in zip(tables, positions, strict=True):
+            used = p // bs + 1
+            flat += t[:used]
+            flat += [scratch] * (width_bucket - used)
+        flat += [scratch] * (width_bucket * pad)
+        # Through array.array: torch.tensor() on a list of Python ints inspects each one and
+        # costs several times more. A copy from pageable memory has left it when copy_ returns.
+        step.flat.copy_(torch.frombuffer(array.array("q", flat), dtype=torch.long), non_blocking=True)
         # The graph's output buffer is rewritten by the next replay: hand out a copy.
         return replay()[:n].clone()
 
@@ -173,13 +183,14 @@ class DecodeGraphs:
         known = self._steps.get((batch, width))
         if known is not None:
             return known
-        long = dict(dtype=torch.long, device=self.device)
+        flat = torch.empty(batch * (4 + width), dtype=torch.long, device=self.device)
         step = _StaticStep(
-            ids=torch.zeros(batch, **long),  # type: ignore[arg-type]
-            positions=torch.zeros(batch, **long),  # type: ignore[arg-type]
-            slots=torch.full((batch,), self.scratch_block * self.block_size, **long),  # type: ignore[arg-type]
-            lens=torch.ones(batch, **long),  # type: ignore[arg-type]
-            tables=torch.full((batch, width), self.scratch_block, **long),  # type: ignore[arg-type]
+            flat=flat,
+            ids=flat[:batch].fill_(0),
+            positions=flat[batch : 2 * batch].fill_(0),
+            slots=flat[2 * batch : 3 * batch].fill_(self.scratch_block * self.block_size),
+            lens=flat[3 * batch : 4 * batch].fill_(1),
+            tables=flat[4 * batch :].view(batch, width).fill_(self.scratch_block),
         )
         made = (step, self._capture.capture(lambda: self._forward(step, width)))
         self._steps[(batch, width)] = made

@@ -396,7 +396,7 @@ class LLMEngine:
             finished=True,
             finish_reason="error",
             num_prompt_tokens=seq.num_prompt_tokens,
-            num_output_tokens=len(seq.output_token_ids),
+            num_output_tokens=seq.num_output_tokens,
             error=REQUEST_FAILED_MESSAGE,
         )
 
@@ -432,7 +432,7 @@ class LLMEngine:
             raise RuntimeError(f"token {token_id} was sampled against the request's grammar")
         seq.append_token(token_id)
         state.new_ids.append(token_id)
-        n_out = len(seq.output_token_ids)
+        n_out = seq.num_output_tokens
         reason: str | None = None
         stop_reason: str | int | None = None
         min_ok = n_out > params.min_tokens or params.min_tokens == 0
@@ -484,7 +484,7 @@ class LLMEngine:
             stop_reason=seq.stop_reason,
             num_prompt_tokens=seq.num_prompt_tokens,
             num_cached_tokens=seq.num_cached_tokens,
-            num_output_tokens=len(seq.output_token_ids),
+            num_output_tokens=seq.num_output_tokens,
             logprobs=state.new_logprobs or None,
         )
         if state.prompt_logprobs is not None and not state.prompt_logprobs_sent and not seq.prompt_logits_pending:

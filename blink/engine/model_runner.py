@@ -281,7 +281,34 @@ class ModelRunner:
         ``[sum(item.num_logits), vocab]``, in scheduled order."""
         if not scheduled:
             return torch.empty(0, self.vocab_size, dtype=torch.float32, device=self.device)
+        logits = self._graph_decode(scheduled)
+        if logits is not None:
+            return logits
         return self.execute_spans([self._span(item) for item in scheduled])
+
+    def _graph_decode(self, scheduled: Seq[ScheduledSeq]) -> torch.Tensor | None:
+        """Logits of a plain decode step through the decode graphs, read straight off the
+        sequences; None where ``execute_spans`` decides (another path, speculation, a chunk, or a
+        malformed item, which it refuses). The same inputs as via spans, without building a
+        ``RunSpan`` per row: on a GPU this host work, not the replay, sets a step's time."""
+        graphs, fused = self._graphs, self._fused
+        n = len(scheduled)
+        if graphs is None or not graphs.serves(n) or (fused is not None and fused.serves(n)):
+            return None
+        bs, limit = self.block_size, self.max_model_len
+        tokens: list[int] = []
+        positions: list[int] = []
+        tables: list[list[int]] = []
+        for item in scheduled:
+            seq = item.seq
+            pos = seq.num_computed_tokens
+            if (item.num_new_tokens != 1 or item.spec_token_ids or pos >= seq.num_tokens or pos >= limit
+                    or len(seq.block_table) * bs <= pos):
+                return None
+            tokens.append(seq.token_ids[pos])
+            positions.append(pos)
+            tables.append(seq.block_table)
+        return graphs(tokens, positions, tables)
 
     @torch.inference_mode()
     def execute_spans(self, spans: Seq[RunSpan]) -> torch.Tensor:

@@ -35,6 +35,9 @@ _TEMPLATE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 _NORMALIZER_SHRINK = {"NFC": 3.0, "NFKC": 3.0, "NFD": 3.0, "NFKD": 3.0, "Lowercase": 1.5, "Prepend": 1.0}
 # Pre-tokenizers that keep every byte of the text (a Split that removes its matches does not).
 _LOSSLESS_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Split", "Digits", "Punctuation", "UnicodeScripts"}
+# Bound on the single-token decode cache: past any real vocabulary, so only ids no model has
+# (a client's raw token prompt) could reach it.
+_ONE_TOKEN_CACHE = 1 << 19
 
 
 class Tokenizer:
@@ -47,6 +50,9 @@ class Tokenizer:
         self.eos_token_ids: frozenset[int] = frozenset(eos)
         self.vocab_size: int = len(hf_tokenizer)
         self.all_special_ids: frozenset[int] = frozenset(hf_tokenizer.all_special_ids)
+        # Single-token decodes, by (id, skip_special_tokens): the incremental detokenizer decodes
+        # its one-token window once per generated token, and decode is a pure function of the ids.
+        self._one_token: dict[tuple[int, bool], str] = {}
 
     @classmethod
     def from_pretrained(cls, path: str | Path, trust_remote_code: bool = False) -> Tokenizer:
@@ -66,6 +72,17 @@ class Tokenizer:
         return list(self.hf.encode(text, add_special_tokens=add_special_tokens))
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        if len(ids) == 1:
+            key = (int(ids[0]), skip_special_tokens)
+            text = self._one_token.get(key)
+            if text is None:
+                text = self._decode(ids, skip_special_tokens)
+                if len(self._one_token) < _ONE_TOKEN_CACHE:
+                    self._one_token[key] = text
+            return text
+        return self._decode(ids, skip_special_tokens)
+
+    def _decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         if self._backend is not None:
             return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return str(self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens))

@@ -96,3 +96,27 @@ def test_auto_captures_nothing_on_the_cpu(tiny_llama: Path) -> None:
     runner = _engine(tiny_llama, "auto").runner
     assert runner._graphs is None
     assert runner.kv_cache.shape[2] == runner.num_blocks
+
+
+def test_scheduled_decodes_take_the_graphs_straight_and_bad_ones_are_still_refused(tiny_llama: Path) -> None:
+    """``execute`` sends a plain decode step to the graphs without building spans: the same logits
+    as the span path, and a sequence whose table does not cover its position is refused, not run."""
+    from blink.engine.errors import EngineError
+    from blink.engine.scheduler import ScheduledSeq
+    from blink.engine.sequence import Sequence
+
+    runner = _engine(tiny_llama, "replay").runner
+    params = SamplingParams(max_tokens=4, temperature=0.0)
+    seqs = []
+    for i, (table, n) in enumerate(zip([[1], [2, 3], [4, 5, 6]], [9, 17, 40], strict=True)):
+        runner.execute_spans([RunSpan(f"s{i}", list(range(3, 3 + n)), 0, table, 1)])
+        seq = Sequence(f"s{i}", list(range(3, 3 + n)) + [11], params, frozenset())
+        seq.block_table, seq.num_computed_tokens = list(table), n
+        seqs.append(seq)
+    direct = runner.execute([ScheduledSeq(s, 1) for s in seqs])
+    via_spans = runner.execute_spans([RunSpan(s.request_id, [11], s.num_computed_tokens, s.block_table, 1)
+                                      for s in seqs])
+    torch.testing.assert_close(direct, via_spans, rtol=0, atol=0)
+    seqs[1].block_table = [2]  # position 17 needs a second block
+    with pytest.raises(EngineError, match="does not cover"):
+        runner.execute([ScheduledSeq(s, 1) for s in seqs])

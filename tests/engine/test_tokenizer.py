@@ -37,6 +37,23 @@ def test_eos_and_special_tokens(tok: Tokenizer) -> None:
     assert tok.decode([im_end], skip_special_tokens=False) == "<|im_end|>"
 
 
+def test_single_token_decodes_are_cached_per_skip_flag(tiny_tokenizer_dir: Path) -> None:
+    tok = Tokenizer.from_pretrained(tiny_tokenizer_dir)
+    im_end = tok.hf.convert_tokens_to_ids("<|im_end|>")
+    # Special tokens: the cache must keep the two skip settings apart, in either order.
+    assert tok.decode([im_end], skip_special_tokens=False) == "<|im_end|>"
+    assert tok.decode([im_end]) == ""
+    assert tok.decode([im_end], skip_special_tokens=False) == "<|im_end|>"
+    for token_id in range(tok.vocab_size):
+        fresh = tok._decode([token_id], True)  # uncached
+        assert tok.decode([token_id]) == fresh
+        assert tok.decode((token_id,)) == fresh  # served from the cache, any sequence type
+    assert len(tok._one_token) <= 2 * tok.vocab_size
+    # Longer windows are never cached: they still decode as a whole (a split character joins).
+    ids = tok.encode("世界")
+    assert tok.decode(ids) == "世界"
+
+
 def test_generation_config_eos_ids_are_added(tiny_tokenizer_dir: Path, tmp_path: Path) -> None:
     d = tmp_path / "tok"
     shutil.copytree(tiny_tokenizer_dir, d)
