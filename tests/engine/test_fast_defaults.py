@@ -31,10 +31,11 @@ def test_native_bf16_without_amx_gets_w8a8_prefill_only_where_it_passed_its_boun
 
 def test_the_recorded_measurements_decide_the_default() -> None:
     # benchmarks/RESULTS.md, "Quality on real weights": the figures fast_defaults.py records.
-    # W8A8 passes its perplexity bound with a margin but keeps too few of fp32's answers.
+    # W8A8 (down_proj dense) passes its perplexity bound with a margin but keeps too few of
+    # fp32's answers (19/50).
     assert INT8_QUALITY.passes and not W8A8_QUALITY.passes
     assert W8A8_QUALITY.increase <= W8A8_QUALITY.bound - 0.01
-    assert "misses" in W8A8_QUALITY.summary() and "28% of answers" in W8A8_QUALITY.summary()
+    assert "misses" in W8A8_QUALITY.summary() and "38% of answers" in W8A8_QUALITY.summary()
     assert choose_serving_config("auto", "auto", 0, "cpu", AVX512_BF16, 1).quantization == "int8-dense-prefill"
     assert choose_serving_config("auto", "auto", 0, "cpu", AMX, 1).quantization == "int8-dense-prefill"
 
