@@ -15,8 +15,9 @@ a default letter followed by ``name-part=letter`` overrides (``down_proj``, ``qk
 ``o_proj``, ``gate_up_proj``, ``lm_head``, ``layers.7.`` ...; the first that matches wins), and
 scores the prefill-path perplexity (128-token chunks, 512-token windows) of
 benchmarks/data/newton_opticks_book1.txt, as real_model_quality.py does, and with ``--agreement``
-the greedy answers to real_model_quality.py's 50 chat prompts (16 tokens, one continuous batch)
-against its cached ``transformers`` fp32 reference. Decode (1-16 rows) runs the int8 weight-only
+the greedy answers to real_model_quality.py's 50 chat prompts (16 tokens; ``--max-num-seqs`` per
+step, one continuous batch by default) against its cached ``transformers`` fp32 reference, and
+with ``--quickstart`` its simple factual questions. Decode (1-16 rows) runs the int8 weight-only
 path in every config. Neither figure depends on machine load.
 """
 
@@ -35,7 +36,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from real_model_quality import CHAT_PROMPTS, agreement, transformers_reference, truncate_at_eos  # noqa: E402
+from real_model_quality import (  # noqa: E402
+    CHAT_PROMPTS,
+    agreement,
+    quickstart,
+    transformers_reference,
+    truncate_at_eos,
+)
 
 from blink.demo.default_model import fetch_smollm2  # noqa: E402
 from blink.engine import llm_engine  # noqa: E402
@@ -60,6 +67,10 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=1024, help="score the text's first N tokens (0 = all)")
     ap.add_argument("--agreement", action="store_true", help="also greedy answers vs the fp32 reference")
     ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--max-num-seqs", type=int, default=64,
+                    help="sequences per step in the greedy run (1: one request at a time; real_model_quality.py)")
+    ap.add_argument("--quickstart", action="store_true", help="also real_model_quality.py's quickstart questions")
+    ap.add_argument("--skip-perplexity", action="store_true")
     ap.add_argument("--configs", nargs="*", default=DEFAULT_CONFIGS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -69,7 +80,8 @@ def main() -> None:
         # Every projection (the LM head aside) on the many-row path the config names, whatever
         # the mode's own default choice is: the configs below swap them one by one.
         config = EngineConfig(model=str(path), dtype="bfloat16", quantization=quantization, threads=args.threads,
-                              max_model_len=2048, kv_cache_memory_bytes=96 << 20, enable_prefix_caching=False)
+                              max_model_len=2048, kv_cache_memory_bytes=96 << 20, enable_prefix_caching=False,
+                              max_num_seqs=args.max_num_seqs)
         with mock.patch.object(linear_int8, "W8A8_DENSE_KINDS", ()):
             if "calibration" in patches:
                 with mock.patch.object(llm_engine, "calibration_text", patches["calibration"]):
@@ -103,7 +115,8 @@ def main() -> None:
     eos = target.tokenizer.eos_token_ids
     reference = transformers_reference(path, prompts, args.new_tokens, eos, REFERENCE) if args.agreement else []
     print(f"CPU: {read_cpu_features().describe()}; {len(ids)} tokens of {TEXT.name}\n")
-    print("| config | ppl, prefill path | answers identical | tokens before first divergence |\n|---|---|---|---|")
+    print("| config | ppl, prefill path | answers identical | tokens before first divergence | quickstart right |\n"
+          "|---|---|---|---|---|")
     for spec in args.configs:
         default, *overrides = spec.split(",")
         rules = [tuple(o.split("=")) for o in overrides]
@@ -112,13 +125,18 @@ def main() -> None:
             w, s, x, d, p = (None,) * 5 if letter == "o" else states[letter][name]
             layer.w8a8_weight, layer.w_scales, layer.x_col_scale, layer.dense, layer.packed_dense = w, s, x, d, p
         t0 = time.perf_counter()
-        value = perplexity(target.runner, ids, 512, 128).value
+        value = float("nan") if args.skip_perplexity else perplexity(target.runner, ids, 512, 128).value
         agree = "- | -"
         if args.agreement:
             got = target.generate(prompts, SamplingParams(max_tokens=args.new_tokens, temperature=0.0))
             same, share = agreement(reference, [truncate_at_eos(a, eos) for a in got])
             agree = f"{same}/{len(prompts)} | {share:.0%}"
-        print(f"| {spec} | {value:.4f} | {agree} |", flush=True)
+        quick = "-"
+        if args.quickstart:
+            turns = quickstart(target)
+            quick = f"{sum(r for _, _, r in turns)}/{len(turns)}" + "".join(
+                f" ✗ {q!r}: {a[:50]!r}" for q, a, r in turns if not r)
+        print(f"| {spec} | {value:.4f} | {agree} | {quick} |", flush=True)
         print(f"({spec}: {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
 
 
