@@ -116,8 +116,10 @@ INT8_QUALITY = MeasuredQuality("int8", 0.0016, 0.01, _WHERE)
 # --tokens 1024 --skip-spec``). Answers and quickstart: ``real_model_quality.py --new-tokens 16
 # --skip-spec --skip-perplexity --max-num-seqs 1,16`` (session 13, 19:02-19:50 UTC, bf16 alone in
 # the same protocols 37 and 39 of 50): 20 and 21 answers kept, 54% of bf16's, and "Who wrote
-# Hamlet?" answered without the name fp32 gives; so it misses both guards and is not a default
-# (int8-dense-prefill, the default it would replace, keeps 28 and 30: 76% and 77%, quickstart right).
+# Hamlet?" answered in-process without the name fp32 gives (through ``blink serve`` it named him:
+# the served path chunks differently), so it misses the agreement bar by one answer per protocol
+# and is not a default (int8-dense-prefill, the default it would replace, keeps 28 and 30: 76%
+# and 77%, quickstart right).
 W8A8_QUALITY = MeasuredQuality(
     "int8-w8a8", 0.0016, 0.03, _WHERE,
     agreement=(Agreement("max-num-seqs 1", 20, 37, 50), Agreement("max-num-seqs 16", 21, 39, 50)),
