@@ -99,7 +99,8 @@ class MeasuredQuality:
 # request at a time, and 16 sequences per step) and judged by its share of bf16's count. The bar
 # comes from that data (50 prompts, 16 tokens, SmolLM2-135M-Instruct, AMD EPYC): the int8
 # weights, which every quantized default decodes with, keep 62% / 59% of bf16's answers (23 of
-# 37 / 39); W8A8 on every projection keeps 49% / 46% (18) and gets two quickstart answers wrong.
+# 37 / 39); W8A8 on every projection keeps 49% / 46% (18) and gets the README's France and
+# Italy questions wrong.
 # 0.55 lies between them: a default may drift from fp32 about as far as its own int8 decode path
 # does, not as far as the mode that answered users wrongly. The quickstart questions are the
 # second guard: a default answers right every one fp32 answers right.
