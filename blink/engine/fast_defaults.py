@@ -12,11 +12,12 @@ set: anything set explicitly is kept as it is; only ``dtype="auto"``, ``quantiza
 - quantization, only when the compute dtype is bf16 on an AVX-512 CPU (where the int8 kernels
   and the fused decode step run): int8 weights for decode, which is bandwidth bound. Prefill:
   W8A8 (``int8-w8a8``, smoothed at engine start: layers/smoothing.py) on CPUs without AMX, as
-  long as its recorded perplexity measurement passes its bound (``W8A8_QUALITY``); with AMX
-  (oneDNN's AMX bf16 GEMMs beat the int8 path there) the dense bf16 weights
-  (``int8-dense-prefill``). CPUs without native bf16 (AVX2-only, or AVX-512 without BF16) keep
-  the checkpoint's dtype, unquantized. An explicit float32 means exact output is wanted, so
-  nothing is quantized.
+  long as its recorded measurement passes (``W8A8_QUALITY``: perplexity within its bound, under
+  every protocol measured at least ``MIN_RELATIVE_AGREEMENT`` of the greedy answers bf16 alone
+  keeps, and the quickstart questions answered right); else, and with AMX (oneDNN's AMX bf16
+  GEMMs beat the int8 path there), the dense bf16 weights (``int8-dense-prefill``). CPUs without
+  native bf16 (AVX2-only, or AVX-512 without BF16) keep the checkpoint's dtype, unquantized. An
+  explicit float32 means exact output is wanted, so nothing is quantized.
 - threads: every core on machines with at most two (one engine thread there left prefill and
   decode far slower than two: benchmarks/real_model_defaults.py, figures in RESULTS.md; the
   gateway's share per token is small), else the engine's default (all cores but one or two,
@@ -32,9 +33,32 @@ from blink.engine.cpu_features import CpuFeatures
 
 
 @dataclass(frozen=True)
+class Agreement:
+    """Greedy answers word for word fp32's (transformers, same weights) under one protocol: the
+    mode's and bf16 alone's, counted in the same run.
+
+    The absolute count moves with the protocol (how many sequences share a step changes the
+    batch shapes, hence the rounding, and in mixed steps which path decode rows take), so a bar
+    on it compares figures taken under different protocols; the count relative to bf16 alone's
+    under the same protocol does not have that problem.
+    """
+
+    protocol: str  # e.g. "max-num-seqs 1"
+    mode: int
+    bf16: int
+    prompts: int
+
+    @property
+    def relative(self) -> float:
+        return self.mode / self.bf16 if self.bf16 else 0.0
+
+
+@dataclass(frozen=True)
 class MeasuredQuality:
-    """A mode's perplexity on real weights against fp32's, as benchmarks/real_model_quality.py
-    measured it (the worse of its prefill and decode paths), and the bound it had to meet.
+    """A mode's quality on real weights as benchmarks/real_model_quality.py measured it: its
+    perplexity against fp32's (the worse of its prefill and decode paths) and the bound it had to
+    meet, and, for modes that change the answers more than weight rounding does, its greedy
+    agreement per protocol and the simple factual questions it answers right.
 
     A mode becomes a default only where the recorded measurement passed; rerunning that script
     prints whether the figures recorded here still hold, so the verdict is checked, not assumed.
@@ -44,34 +68,64 @@ class MeasuredQuality:
     increase: float  # relative perplexity increase over fp32, e.g. 0.0016 = +0.16%
     bound: float  # issue #22's bound for the mode
     measured: str  # where and on what
-    # Share of the 50 chat prompts whose greedy answer is fp32's, word for word (None: not measured).
-    # Perplexity can pass while the answers users read change: a default must keep most of them.
-    agreement: float | None = None
+    # Perplexity can pass while the answers users read change: per protocol, the answers kept
+    # (empty: not measured, perplexity alone decides).
+    agreement: tuple[Agreement, ...] = ()
+    # (right, asked) over real_model_quality.QUICKSTART's turns that fp32 answers right (None:
+    # not measured). A default gets every one of them right.
+    quickstart: tuple[int, int] | None = None
 
     @property
     def passes(self) -> bool:
-        return self.increase <= self.bound and (self.agreement is None or self.agreement >= MIN_AGREEMENT)
+        return (self.increase <= self.bound
+                and all(a.relative >= MIN_RELATIVE_AGREEMENT for a in self.agreement)
+                and (self.quickstart is None or self.quickstart[0] == self.quickstart[1]))
 
     def summary(self) -> str:
         verdict = "passes" if self.passes else "misses"
-        agree = "" if self.agreement is None else f", {self.agreement:.0%} of answers as fp32's (min {MIN_AGREEMENT:.0%})"
-        return f"{self.mode} {self.increase:+.2%} vs fp32, bound +{self.bound:.0%}{agree}: {verdict} ({self.measured})"
+        agree = "".join(
+            f", {a.protocol}: {a.mode}/{a.prompts} answers as fp32's, {a.relative:.0%} of bf16's {a.bf16}"
+            for a in self.agreement)
+        if self.agreement:
+            agree += f" (min {MIN_RELATIVE_AGREEMENT:.0%})"
+        quick = "" if self.quickstart is None else f", quickstart {self.quickstart[0]}/{self.quickstart[1]} right"
+        return f"{self.mode} {self.increase:+.2%} vs fp32, bound +{self.bound:.0%}{agree}{quick}: {verdict} ({self.measured})"
 
 
-# A default keeps at least half of fp32's greedy answers word for word (bf16 alone keeps 76%,
-# bf16 + int8-dense-prefill 74%: benchmarks/RESULTS.md).
-MIN_AGREEMENT = 0.5
+# The guard on answers (session 13; benchmarks/RESULTS.md, "Agreement under one protocol"). The
+# count of fp32's greedy answers a mode keeps word for word moved with batch composition (int8-w8a8
+# 19/50 with all 50 prompts in one batch, 13/50 at 16 per step): a fixed count compared figures of
+# different protocols. So each mode is measured beside bf16 alone under the same protocols (one
+# request at a time, and 16 sequences per step) and judged by its share of bf16's count. The bar
+# comes from that data (50 prompts, 16 tokens, SmolLM2-135M-Instruct, AMD EPYC): the int8
+# weights, which every quantized default decodes with, keep 62% / 59% of bf16's answers (23 of
+# 37 / 39); W8A8 on every projection keeps 49% / 46% (18) and gets the README's France and
+# Italy questions wrong.
+# 0.55 lies between them: a default may drift from fp32 about as far as its own int8 decode path
+# does, not as far as the mode that answered users wrongly. The quickstart questions are the
+# second guard: a default answers right every one fp32 answers right.
+MIN_RELATIVE_AGREEMENT = 0.55
 
 
 _WHERE = "SmolLM2-135M-Instruct, benchmarks/RESULTS.md 'Quality on real weights'"
 # int8 weights (decode; also int8-dense-prefill's and int8-w8a8's decode path).
 INT8_QUALITY = MeasuredQuality("int8", 0.0016, 0.01, _WHERE)
-# W8A8 prefill, SmoothQuant-smoothed at engine start with the LM head kept weight-only
-# (layers/smoothing.py, linear_int8.quantize_model); its decode path is int8's (+0.16%). Before
-# smoothing it measured +4.03% and missed.
-# It passes its perplexity bound but keeps only 14 of 50 greedy answers (it turns "What is the
-# capital of France?" into a wrong one), so it is not a default; ask for it by name.
-W8A8_QUALITY = MeasuredQuality("int8-w8a8", 0.0142, 0.03, _WHERE, agreement=14 / 50)
+# W8A8 prefill, SmoothQuant-smoothed at engine start with the LM head kept weight-only and
+# down_proj's many-row calls on its dense bf16 weight (layers/smoothing.py,
+# linear_int8.W8A8_DENSE_KINDS); its decode path is int8's (+0.16%). Perplexity: prefill path
+# 20.5142 (fp32 20.5414), decode path int8's 20.5750 (2026-11-26 16:43 UTC, ``real_model_quality.py
+# --tokens 1024 --skip-spec``). Answers and quickstart: ``real_model_quality.py --new-tokens 16
+# --skip-spec --skip-perplexity --max-num-seqs 1,16`` (session 13, 19:02-19:50 UTC, bf16 alone in
+# the same protocols 37 and 39 of 50): 20 and 21 answers kept, 54% of bf16's, and "Who wrote
+# Hamlet?" answered in-process without the name fp32 gives (through ``blink serve`` it named him:
+# the served path chunks differently), so it misses the agreement bar by one answer per protocol
+# and is not a default (int8-dense-prefill, the default it would replace, keeps 28 and 30: 76%
+# and 77%, quickstart right).
+W8A8_QUALITY = MeasuredQuality(
+    "int8-w8a8", 0.0016, 0.03, _WHERE,
+    agreement=(Agreement("max-num-seqs 1", 20, 37, 50), Agreement("max-num-seqs 16", 21, 39, 50)),
+    quickstart=(8, 9),
+)
 
 # Machines this small give the engine every core (see the module docstring).
 _ALL_CORES_UP_TO = 2

@@ -102,7 +102,8 @@ def test_the_engine_calibrates_w8a8_at_start_and_only_w8a8(tiny_llama: Path) -> 
     head = [m for m in layers if m.float_output]
     assert len(head) == 1 and head[0].w8a8_weight is None and head[0].x_col_scale is None
     for layer in layers:
-        if layer.float_output:
+        if layer.float_output or layer.dense is not None:  # the head; down_proj (dense prefill)
+            assert layer.x_col_scale is None
             continue
         scale = layer.x_col_scale
         assert scale is not None and scale.shape == (layer.in_features + layer._pad,)

@@ -139,6 +139,50 @@ def _model(width: int = 32) -> torch.nn.Module:
     return torch.nn.Sequential(linear)
 
 
+def _mlp(width: int = 32) -> torch.nn.Module:
+    """Two projections named as the models name them: one W8A8 keeps, one it leaves dense."""
+    mlp = torch.nn.Module()
+    for name in ("gate_up_proj", "down_proj"):
+        linear = torch.nn.Linear(width, width, bias=False).bfloat16()
+        linear.quantizable_linear = True  # type: ignore[assignment]
+        setattr(mlp, name, linear)
+    model = torch.nn.Module()
+    model.mlp = mlp
+    return model
+
+
+@needs_kernels
+def test_w8a8_leaves_the_named_projections_on_their_dense_weight(w8a8_rows: list[int]) -> None:
+    """int8-w8a8 keeps W8A8_DENSE_KINDS (down_proj) off W8A8: many rows run the dense weight
+    exactly as int8-dense-prefill's layer does, up to GEMV_DENSE_MAX_ROWS rows it is int8's layer
+    bit for bit; the other projections still run W8A8."""
+    from blink.engine.layers import linear_int8
+    from blink.engine.layers.packed_linear import prepack_model
+
+    assert linear_int8.W8A8_DENSE_KINDS == ("down_proj",)
+    assert linear_int8.w8a8_keeps_dense("model.layers.3.mlp.down_proj")
+    assert not linear_int8.w8a8_keeps_dense("model.layers.3.mlp.gate_up_proj")
+    assert not linear_int8.w8a8_keeps_dense("model.layers.3.mlp.down_proj_extra")
+    models = {}
+    for mode in ("int8-w8a8", "int8-dense-prefill", "int8"):
+        torch.manual_seed(0)
+        models[mode] = _mlp()
+        quantize_model(models[mode], mode)
+        prepack_model(models[mode])
+    mlp = models["int8-w8a8"].mlp
+    down, gate_up = mlp.down_proj, mlp.gate_up_proj
+    assert down.w8a8_weight is None and down.dense is not None and down.x_col_scale is None
+    assert gate_up.w8a8_weight is not None and gate_up.dense is None
+    many = torch.randn(GEMV_DENSE_MAX_ROWS + 1, 32).bfloat16()
+    assert torch.equal(down(many), models["int8-dense-prefill"].mlp.down_proj(many))
+    assert w8a8_rows == []
+    gate_up(many)
+    assert w8a8_rows == [GEMV_DENSE_MAX_ROWS + 1]
+    for rows in (1, 4, GEMV_DENSE_MAX_ROWS):  # 4: dense-prefill's threshold without our kernel
+        few = torch.randn(rows, 32).bfloat16()
+        assert torch.equal(down(few), models["int8"].mlp.down_proj(few))
+
+
 def test_switched_off_falls_back_to_int8() -> None:
     """Switched off (as when the build fails), int8-w8a8 is mode int8 at every row count."""
     torch.manual_seed(0)
@@ -191,11 +235,14 @@ def test_engine_greedy_run_end_to_end(tiny_llama: Path) -> None:
     short = [[rng.randrange(3, 500) for _ in range(rng.randint(3, GEMV_DENSE_MAX_ROWS))] for _ in range(3)]
     long = [[rng.randrange(3, 500) for _ in range(n)] for n in (40, 100)]
     engine, int8 = _engine(tiny_llama, "int8-w8a8"), _engine(tiny_llama, "int8")
-    layers = [m for m in engine.runner.model.modules() if isinstance(m, Int8Linear)]
-    assert layers and all(m.dense is None for m in layers)
-    # Every projection runs W8A8 on many rows; the LM head stays weight-only int8 (its logits).
-    assert all((m.w_scales is None) == m.float_output for m in layers)
-    assert sum(m.float_output for m in layers) == 1
+    layers = dict(engine.runner.model.named_modules())
+    int8_layers = {n: m for n, m in layers.items() if isinstance(m, Int8Linear)}
+    # Every projection but down_proj runs W8A8 on many rows; down_proj its dense weight; the LM
+    # head stays weight-only int8 (its logits).
+    kept_dense = {n for n, m in int8_layers.items() if m.dense is not None}
+    assert kept_dense == {n for n in int8_layers if n.endswith(".down_proj")} and kept_dense
+    assert all((m.w_scales is None) == (m.float_output or n in kept_dense) for n, m in int8_layers.items())
+    assert sum(m.float_output for m in int8_layers.values()) == 1
     assert engine.runner.fused_decode == int8.runner.fused_decode == fused_decode_available()
     for prompt in short:
         assert engine.generate([prompt], params) == int8.generate([prompt], params)

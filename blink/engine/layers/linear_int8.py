@@ -49,8 +49,15 @@ DENSE_MIN_ROWS = 4
 GEMV_DENSE_MAX_ROWS = 16
 # "int8": int8 weights only; "int8-dense-prefill": also keeps the loaded weights for prefill;
 # "int8-w8a8": int8 weights only, calls of more than GEMV_DENSE_MAX_ROWS rows quantize their
-# activations per row and run oneDNN's int8 GEMM (kernels/w8a8.py); fewer rows run as in "int8".
+# activations per row and run oneDNN's int8 GEMM (kernels/w8a8.py), but for W8A8_DENSE_KINDS,
+# which also keep their dense weight for those calls; fewer rows run as in "int8".
 QUANTIZATION_MODES = ("none", "int8", "int8-dense-prefill", "int8-w8a8", "fp8")
+# Projections (by the last part of their module name) that "int8-w8a8" leaves off W8A8: their
+# many-row calls run the dense bf16 weight, as "int8-dense-prefill" does. down_proj's input has
+# real models' worst activation outliers (layers/smoothing.py); on W8A8 it cost SmolLM2 most of
+# the mode's perplexity loss and answers (benchmarks/RESULTS.md, "W8A8 with down_proj dense").
+# () restores the every-projection W8A8 of before (benchmarks/real_model_defaults.py times both).
+W8A8_DENSE_KINDS: tuple[str, ...] = ("down_proj",)
 
 
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,8 +82,13 @@ class Int8Linear(nn.Module):
         w8a8: bool = False,
         act_absmax: torch.Tensor | None = None,
         alpha: float = DEFAULT_ALPHA,
+        dense_past_gemv: bool = False,
     ) -> None:
         super().__init__()
+        # "int8-w8a8"'s projections kept off W8A8 (W8A8_DENSE_KINDS): their dense weight serves
+        # only the calls W8A8 would have served (more than GEMV_DENSE_MAX_ROWS rows), so calls of
+        # fewer rows stay int8's bit for bit on every CPU, as the mode promises.
+        self.dense_past_gemv = dense_past_gemv
         # Eager calls use blink::int8_gemv (the caller checked it is built).
         self.gemv = gemv
         # Full-precision weight for many-row calls (see DENSE_MIN_ROWS); costs its memory.
@@ -128,7 +140,7 @@ class Int8Linear(nn.Module):
         """Fewest rows served by the kept dense weight: past our kernel's crossover against the
         packed bf16 GEMM where both exist, else DENSE_MIN_ROWS (aten's int8 kernel, or an unpacked
         dense weight such as fp32's, which stays the exact prefill path)."""
-        if self.gemv and self.packed_dense is not None and not torch.compiler.is_compiling():
+        if self.dense_past_gemv or (self.gemv and self.packed_dense is not None and not torch.compiler.is_compiling()):
             return self._gemm_rows(GEMV_DENSE_MAX_ROWS + 1)
         return DENSE_MIN_ROWS
 
@@ -184,6 +196,12 @@ class Int8Linear(nn.Module):
         return y if self.float_output else y.to(x.dtype)
 
 
+def w8a8_keeps_dense(name: str) -> bool:
+    """Whether "int8-w8a8" runs the many-row calls of the linear named ``name`` on its dense
+    weight rather than on W8A8 (W8A8_DENSE_KINDS)."""
+    return name.rpartition(".")[2] in W8A8_DENSE_KINDS
+
+
 def quantize_model(
     model: nn.Module, mode: str, input_ranges: dict[str, torch.Tensor] | None = None, *,
     int8_kernel: bool = True, w8a8_kernel: bool = True,
@@ -226,14 +244,17 @@ def quantize_model(
         # per sequence anyway (the last position, or 1 + K verified tokens), where W8A8 never
         # applies; only long prompt-logprob requests would have taken its W8A8 path.
         head = bool(getattr(module, "float_output", False))
+        dense_prefill = w8a8 and w8a8_keeps_dense(name)
+        on_w8a8 = w8a8 and not head and not dense_prefill
         replacement = Int8Linear(
             weight,
             bias,
             float_output=head,
-            keep_dense=mode == "int8-dense-prefill",
+            keep_dense=mode == "int8-dense-prefill" or dense_prefill,
             gemv=gemv,
-            w8a8=w8a8 and not head,
-            act_absmax=(input_ranges or {}).get(name) if w8a8 and not head else None,
+            w8a8=on_w8a8,
+            act_absmax=(input_ranges or {}).get(name) if on_w8a8 else None,
+            dense_past_gemv=dense_prefill,
         )
         setattr(parent, attr, replacement.to(weight.device))  # type: ignore[union-attr]
     return len(targets)
