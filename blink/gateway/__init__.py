@@ -2,7 +2,7 @@
 
 - ``app.py`` assembles the route groups and declares the middleware chain once.
 - Endpoints: ``chat/``, ``messages/``, ``responses/``, ``batch/``, ``precompute/``,
-  ``dashboard/``, ``model_endpoints/``, ``voice_service.py``. A generating endpoint parses its
+  ``dashboard/``, ``model_endpoints/``, ``status/``, ``voice_service.py``. A generating endpoint parses its
   request into a ``GenerationRequest``, calls ``GenerationPipeline.run`` and only renders.
 - ``pipeline.py``: the one generation path; ``front.py``: the stages it runs and their lifecycle
   (``front_builder.py`` builds them from settings).

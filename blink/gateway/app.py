@@ -22,6 +22,7 @@ from blink.gateway.messages.routes import add_messages_routes
 from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.precompute.service import PrecomputeService
 from blink.gateway.ratelimit.sequence_quota import SequenceQuota
+from blink.gateway.status.routes import add_status_routes
 from blink.modelserver.server import ServedModels
 from blink.obs.engine_collector import LoadSource
 from blink.obs.metrics import GatewayMetrics
@@ -92,8 +93,9 @@ def create_app(
     state = State({"registry": registry, "metrics": metrics, "obs": obs, "front": gateway_front, "pipeline": pipeline,
                    "model_server": model_server, "precompute": precompute})
     served = model_server.cards if model_server is not None else list
-    openai_routes = build_router(registry, server_settings, metrics, pipeline, served)
+    openai_routes = build_router(registry, server_settings, metrics, pipeline)
     add_messages_routes(openai_routes, registry, server_settings, metrics, pipeline)  # Anthropic's Messages API
+    add_status_routes(openai_routes, registry, metrics, served)  # models, version, health, ready, metrics
     groups = [openai_routes]
     groups += [service.router for service in services]
     if models_router is not None:  # /v1/embeddings, /v1/classify, /v1/moderations (model_endpoints/)

@@ -1,4 +1,4 @@
-"""Routes beside generation: GET /v1/models/{id}, GET /version, and the JSON Content-Type rule."""
+"""The generation routes: the JSON Content-Type rule and what reaches an upstream."""
 
 from __future__ import annotations
 
@@ -17,30 +17,6 @@ CHAT_BODY = b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}],
 def http(gateway: LiveServer) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=gateway.url, timeout=10) as client:
         yield client
-
-
-def test_retrieve_model_with_the_openai_client(gateway: LiveServer) -> None:
-    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
-    listed = client.models.list().data
-    model = client.models.retrieve(listed[0].id)
-    assert model.id == listed[0].id and model.object == "model"
-    with pytest.raises(openai.NotFoundError) as err:
-        client.models.retrieve("no-such-model")
-    body = err.value.body
-    assert isinstance(body, dict) and body["code"] == "model_not_found" and body["param"] == "model"
-
-
-def test_model_ids_with_slashes_resolve_to_404_not_a_route_miss(http: httpx.Client) -> None:
-    resp = http.get("/v1/models/org/no-such-model")
-    assert resp.status_code == 404
-    assert resp.json()["error"]["code"] == "model_not_found"
-
-
-def test_version(http: httpx.Client) -> None:
-    resp = http.get("/version")
-    assert resp.status_code == 200
-    version = resp.json()["version"]
-    assert isinstance(version, str) and version
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
