@@ -66,3 +66,21 @@ def w8a8_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(linear_int8, "w8a8_linear", counting)
     return rows
+
+
+@pytest.fixture
+def fused_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The row count of every ``FusedDecode`` call made while the test runs (each call still runs)."""
+    import torch
+
+    from blink.engine.kernels.decode_step import FusedDecode
+
+    calls: list[int] = []
+    step = FusedDecode.__call__
+
+    def counted(self: FusedDecode, *args: torch.Tensor) -> torch.Tensor:
+        calls.append(int(args[0].numel()))
+        return step(self, *args)
+
+    monkeypatch.setattr(FusedDecode, "__call__", counted)
+    return calls

@@ -16,7 +16,7 @@ from blink.engine.cpu_features import CpuFeatures, read_cpu_features
 from blink.engine.decode_gemm_dispatch import AMX_GEMM_ROWS, choose_decode_gemm_rows
 from blink.engine.errors import EngineError
 from blink.engine.kernels.build import cpu_has_avx512
-from blink.engine.kernels.decode_step import MAX_ROWS, FusedDecode
+from blink.engine.kernels.decode_step import MAX_ROWS
 from blink.engine.llm_engine import LLMEngine
 from blink.engine.model_runner import ModelRunner, RunSpan
 from blink.engine.sampling_params import SamplingParams
@@ -42,20 +42,6 @@ def test_an_explicit_row_count_wins_and_a_negative_one_is_refused() -> None:
 def test_the_config_refuses_a_negative_row_count() -> None:
     with pytest.raises(ValueError, match="decode_gemm_rows"):
         EngineConfig(model="/m", decode_gemm_rows=-1)
-
-
-@pytest.fixture
-def fused_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The row count of every ``FusedDecode`` call made while the test runs."""
-    calls: list[int] = []
-    step = FusedDecode.__call__
-
-    def counted(self: FusedDecode, *args: torch.Tensor) -> torch.Tensor:
-        calls.append(int(args[0].numel()))
-        return step(self, *args)
-
-    monkeypatch.setattr(FusedDecode, "__call__", counted)
-    return calls
 
 
 def _runner(path: Path, quantization: str, **kw: object) -> ModelRunner:

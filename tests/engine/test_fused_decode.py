@@ -16,7 +16,7 @@ import torch
 
 from blink.engine.config import EngineConfig
 from blink.engine.kernels.build import cpu_has_avx512
-from blink.engine.kernels.decode_step import MAX_ROWS, FusedDecode, fused_decode_available
+from blink.engine.kernels.decode_step import MAX_ROWS, fused_decode_available
 from blink.engine.layers import linear_int8
 from blink.engine.llm_engine import LLMEngine
 from blink.engine.model_runner import ModelRunner, RunSpan
@@ -56,20 +56,6 @@ def _threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-
-
-@pytest.fixture
-def fused_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The row count of every ``FusedDecode`` call made while the test runs."""
-    calls: list[int] = []
-    step = FusedDecode.__call__
-
-    def counted(self: FusedDecode, *args: torch.Tensor) -> torch.Tensor:
-        calls.append(int(args[0].numel()))
-        return step(self, *args)
-
-    monkeypatch.setattr(FusedDecode, "__call__", counted)
-    return calls
 
 
 @pytest.fixture
