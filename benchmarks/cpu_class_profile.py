@@ -48,6 +48,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_cpu import build, hf_generate, rand_prompt  # noqa: E402
+from engine_cpu import run_together as run  # noqa: E402
 
 from blink.engine.config import EngineConfig  # noqa: E402
 from blink.engine.cpu_features import read_cpu_features  # noqa: E402
@@ -128,21 +129,6 @@ def engine(path: Path, threads: int, quantization: str, **extra: object) -> LLME
                        kv_cache_memory_bytes=256 << 20, max_num_batched_tokens=2048, max_num_seqs=64,
                        enable_prefix_caching=False, quantization=quantization, **extra)  # type: ignore[arg-type]
     return LLMEngine(cfg, path)
-
-
-def run(eng: LLMEngine, prompts: list[list[int]], n: int) -> tuple[float, float | None, int]:
-    """(start, first token time, tokens) of ``prompts`` run together to ``n`` tokens each."""
-    t0 = time.perf_counter()
-    for i, p in enumerate(prompts):
-        eng.add_request(f"r{time.perf_counter_ns()}-{i}", p,
-                        SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
-    first, total = None, 0
-    while eng.has_unfinished():
-        for o in eng.step():
-            total += len(o.new_token_ids)
-            if first is None and total:
-                first = time.perf_counter()
-    return t0, first, total
 
 
 def ttft_ms(eng: LLMEngine, n: int, seed: int) -> float:

@@ -75,6 +75,21 @@ def rand_prompt(n: int, seed: int, vocab: int = 500) -> list[int]:
     return [rng.randrange(3, vocab) for _ in range(n)]
 
 
+def run_together(eng: LLMEngine, prompts: list[list[int]], n: int) -> tuple[float, float | None, int]:
+    """(start, first token time, tokens) of ``prompts`` run together, greedy, to ``n`` tokens each."""
+    t0 = time.perf_counter()
+    for i, p in enumerate(prompts):
+        eng.add_request(f"r{time.perf_counter_ns()}-{i}", p,
+                        SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+    first, total = None, 0
+    while eng.has_unfinished():
+        for o in eng.step():
+            total += len(o.new_token_ids)
+            if first is None and total:
+                first = time.perf_counter()
+    return t0, first, total
+
+
 # -- Blink ----------------------------------------------------------------------------------
 
 def blink_ttft(engine: LLMEngine, prompt: list[int], rid: str) -> float:

@@ -35,11 +35,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_cpu import build, hf_generate, rand_prompt  # noqa: E402
+from engine_cpu import build, hf_generate, rand_prompt, run_together  # noqa: E402
 
 from blink.engine.config import EngineConfig  # noqa: E402
 from blink.engine.llm_engine import LLMEngine  # noqa: E402
-from blink.engine.sampling_params import SamplingParams  # noqa: E402
 
 
 @dataclass
@@ -72,19 +71,9 @@ def blink(path: Path, threads: int, dtype: str, quantization: str, w: Workload, 
         print(f"blink {dtype}+{quantization} compile_mode={compile_mode}: compiled in {eng.runner.compile_seconds:.1f} s")
     decode_path = "fused C++ step" if eng.runner.fused_decode else ("compiled" if compile_mode else "eager")
     print(f"blink {dtype}+{quantization}: decode-only steps run the {decode_path} path")
-    greedy = SamplingParams(temperature=0.0, ignore_eos=True)
 
     def run(prompts: list[list[int]], n: int) -> tuple[float, float | None, int]:
-        t0 = time.perf_counter()
-        for i, p in enumerate(prompts):
-            eng.add_request(f"r{time.perf_counter_ns()}-{i}", p, SamplingParams(**{**greedy.__dict__, "max_tokens": n}))
-        first, total = None, 0
-        while eng.has_unfinished():
-            for o in eng.step():
-                total += len(o.new_token_ids)
-                if first is None and total:
-                    first = time.perf_counter()
-        return t0, first, total
+        return run_together(eng, prompts, n)
 
     run([rand_prompt(16, 99)], 2)
     f = Figures()
