@@ -13,7 +13,6 @@ import time
 import uuid
 from typing import Any, BinaryIO
 
-import orjson
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -24,6 +23,7 @@ from blink.gateway.batch.jsonl import ENDPOINTS, iter_lines, parse_lines
 from blink.gateway.batch.runner import BatchRunner, new_file_id
 from blink.gateway.batch.store import CHUNK_BYTES, BatchRecord, BatchStore, FileRecord, StorageQuotaExceeded
 from blink.gateway.http.dispatch import Routes
+from blink.gateway.http.json_response import json_response
 from blink.gateway.http.request_parsing import parse_json_object, require_json
 from blink.protocol.errors import InvalidRequestError, NotFoundError, RequestTooLargeError
 
@@ -38,9 +38,6 @@ _META_PAIRS, _META_KEY, _META_VALUE = 16, 64, 512
 # The form fields an upload may carry (``expires_after`` as the openai client encodes it).
 _UPLOAD_FIELDS = frozenset({"file", "purpose", "expires_after[anchor]", "expires_after[seconds]"})
 
-
-def _json(obj: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
 
 
 def file_object(rec: FileRecord) -> dict[str, Any]:
@@ -95,7 +92,7 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
                     f"Storing this file ({size} bytes) would exceed your storage quota: {exc.used} of "
                     f"{exc.quota} bytes are in use. Delete files (DELETE /v1/files/{{file_id}}) or let them "
                     "expire.", param="file", code="storage_quota_exceeded") from None
-        return _json(file_object(rec))
+        return json_response(file_object(rec))
 
     @router.get("/v1/files")
     async def list_files(request: Request) -> Response:
@@ -110,12 +107,12 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
             await _file(store, after, caller, param="after")
         page = await store.list_files(caller.list_filter, q.get("purpose"), after, limit + 1, order == "desc")
         data = [file_object(f) for f in page[:limit]]
-        return _json({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-                      "last_id": data[-1]["id"] if data else None, "has_more": len(page) > limit})
+        return json_response({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                              "last_id": data[-1]["id"] if data else None, "has_more": len(page) > limit})
 
     @router.get("/v1/files/{file_id}")
     async def get_file(request: Request) -> Response:
-        return _json(file_object(await _file(store, request.path_params["file_id"], caller_of(request))))
+        return json_response(file_object(await _file(store, request.path_params["file_id"], caller_of(request))))
 
     @router.get("/v1/files/{file_id}/content")
     async def file_content(request: Request) -> Response:
@@ -131,7 +128,7 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
         rec = await _file(store, file_id, caller_of(request))
         if not await store.delete_file(rec.id):
             raise NotFoundError(f"No such file: {file_id!r}.", param="file_id")
-        return _json({"id": rec.id, "object": "file", "deleted": True})
+        return json_response({"id": rec.id, "object": "file", "deleted": True})
 
     @router.post("/v1/batches")
     async def create_batch(request: Request) -> Response:
@@ -165,12 +162,12 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
         await store.create_batch_from_file(rec, lambda chunks: parse_lines(chunks, endpoint, settings.max_lines))
         runner.notify()
         created = await store.get_batch(rec.id)
-        return _json(batch_object(created or rec))
+        return json_response(batch_object(created or rec))
 
     @router.get("/v1/batches/{batch_id}")
     async def get_batch(request: Request) -> Response:
         batch_id: str = request.path_params["batch_id"]
-        return _json(batch_object(await _batch(store, batch_id, caller_of(request))))
+        return json_response(batch_object(await _batch(store, batch_id, caller_of(request))))
 
     @router.get("/v1/batches")
     async def list_batches(request: Request) -> Response:
@@ -181,8 +178,8 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
             await _batch(store, after, caller)
         page = await store.list_batches(after, limit + 1, caller.list_filter)
         data = [batch_object(b) for b in page[:limit]]
-        return _json({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-                      "last_id": data[-1]["id"] if data else None, "has_more": len(page) > limit})
+        return json_response({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                              "last_id": data[-1]["id"] if data else None, "has_more": len(page) > limit})
 
     @router.post("/v1/batches/{batch_id}/cancel")
     async def cancel_batch(request: Request) -> Response:
@@ -195,7 +192,7 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
         elif batch.status not in ("cancelling", "cancelled"):
             raise InvalidRequestError(f"Cannot cancel a batch that is {batch.status}.", param="batch_id",
                                       code="invalid_state")
-        return _json(batch_object(await _batch(store, batch_id, caller)))
+        return json_response(batch_object(await _batch(store, batch_id, caller)))
 
     return router
 

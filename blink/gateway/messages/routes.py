@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -25,6 +24,7 @@ from blink.gateway.auth.keys import PRINCIPAL_STATE_KEY, ApiKey, check_model_all
 from blink.gateway.chat.request_mapping import apply_routing_headers
 from blink.gateway.front import GatewayFront
 from blink.gateway.http.dispatch import Routes
+from blink.gateway.http.json_response import json_response
 from blink.gateway.http.request_parsing import parse_json_object, require_json, validate
 from blink.gateway.messages.request import chat_body, messages_request
 from blink.gateway.messages.response import MessagesEncoder, MessagesReplayResponse
@@ -80,7 +80,7 @@ def add_messages_routes(router: Routes, registry: BackendRegistry, settings: Ser
         req = request_from_body("count", body.model, "chat", SamplingOptions(), chat, messages=chat["messages"],
                                 native_api="messages", native_body=raw)
         count = await backend.count_tokens(req)
-        return Response(orjson.dumps({"input_tokens": count}), media_type="application/json")
+        return json_response({"input_tokens": count})
 
 
 def _principal(request: Request) -> ApiKey | None:

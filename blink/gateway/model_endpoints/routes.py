@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from blink.gateway.http.dispatch import Routes
+from blink.gateway.http.json_response import json_response
 from blink.gateway.http.request_parsing import parse_json_object, require_json, validate
 from blink.gateway.model_endpoints.inputs import check_token_counts, input_list
 from blink.gateway.safety.checks import SafetyPipeline, Verdict
@@ -23,9 +24,6 @@ from blink.protocol.model_endpoints import ClassifyRequest, EmbeddingRequest, Mo
 # The name /v1/moderations answers to: the configured checks together, not any one model.
 MODERATION_MODEL = "blink-safety"
 
-
-def _json(obj: object) -> Response:
-    return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json")
 
 
 def _pick(models: ServedModels, name: str | None, kind: str) -> ServedModel:
@@ -61,8 +59,9 @@ def build_models_router(models: ServedModels, moderation: SafetyPipeline, max_in
             rows = rows[:, : body.dimensions]
             rows = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
         data = [{"object": "embedding", "index": i, "embedding": e} for i, e in enumerate(_encode(rows, body.encoding_format))]
-        return _json({"object": "list", "data": data, "model": model.name,
-                      "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+        return json_response({"object": "list", "data": data, "model": model.name,
+                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
+                             option=orjson.OPT_SERIALIZE_NUMPY)
 
     @router.post("/v1/classify")
     async def classify(request: Request) -> Response:
@@ -77,8 +76,9 @@ def build_models_router(models: ServedModels, moderation: SafetyPipeline, max_in
             best = int(np.argmax(row))
             data.append({"index": i, "label": model.labels[best], "score": row[best],
                          "scores": dict(zip(model.labels, row, strict=True))})  # fmt: skip
-        return _json({"object": "list", "model": model.name, "data": data,
-                      "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})  # fmt: skip
+        return json_response({"object": "list", "model": model.name, "data": data,
+                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
+                             option=orjson.OPT_SERIALIZE_NUMPY)
 
     @router.post("/v1/moderations")
     async def moderations(request: Request) -> Response:
@@ -89,8 +89,9 @@ def build_models_router(models: ServedModels, moderation: SafetyPipeline, max_in
                                      f"['{MODERATION_MODEL}'] (the configured safety checks).", param="model")  # fmt: skip
         texts = input_list(body.input, max_inputs)
         results = [_moderation(await moderation.check(t), moderation.thresholds) for t in texts]
-        return _json({"id": f"modr-{uuid.uuid4().hex}", "model": MODERATION_MODEL,
-                      "created": int(time.time()), "results": results})  # fmt: skip
+        return json_response({"id": f"modr-{uuid.uuid4().hex}", "model": MODERATION_MODEL,
+                              "created": int(time.time()), "results": results},
+                             option=orjson.OPT_SERIALIZE_NUMPY)
 
     return router
 

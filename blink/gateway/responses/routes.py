@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -27,6 +26,7 @@ from blink.gateway.cache.replay import cached_deltas
 from blink.gateway.chat.request_mapping import apply_routing_headers
 from blink.gateway.front import GatewayFront
 from blink.gateway.http.dispatch import Routes
+from blink.gateway.http.json_response import json_response
 from blink.gateway.http.request_parsing import parse_json_object, require_json, validate
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.gateway.rendering.generation_response import GenerationResponse
@@ -55,9 +55,6 @@ class _Replay:
         for delta in cached_deltas(self._entry):
             yield delta
 
-
-def _json(obj: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
 
 
 def _not_found(response_id: str, param: str = "response_id") -> NotFoundError:
@@ -128,14 +125,14 @@ def build_responses_router(store: ResponseStore, settings: ResponsesSettings, se
                                       "run in the background here).", param="stream", code="unsupported_parameter")
         _refuse_include(request)
         rec = await owned(caller_of(request), response_id)
-        return _json(rec.response)
+        return json_response(rec.response)
 
     @router.delete("/v1/responses/{response_id}")
     async def delete_response(request: Request) -> Response:
         response_id: str = request.path_params["response_id"]
         await owned(caller_of(request), response_id)
         await store.delete(response_id)
-        return _json({"id": response_id, "object": "response", "deleted": True})
+        return json_response({"id": response_id, "object": "response", "deleted": True})
 
     @router.get("/v1/responses/{response_id}/input_items")
     async def list_input_items(request: Request) -> Response:
@@ -151,8 +148,8 @@ def build_responses_router(store: ResponseStore, settings: ResponsesSettings, se
                                           code="invalid_value")
             items = items[ids.index(after) + 1:]
         page = items[:limit]
-        return _json({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-                      "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit})
+        return json_response({"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+                              "last_id": page[-1]["id"] if page else None, "has_more": len(items) > limit})
 
     return router
 

@@ -10,13 +10,13 @@ import time
 from collections.abc import Callable
 from importlib import metadata
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from blink.backends.base import ModelCard
 from blink.backends.registry import BackendRegistry
 from blink.gateway.http.dispatch import Routes
+from blink.gateway.http.json_response import json_response
 from blink.obs.metrics import GatewayMetrics
 from blink.protocol.errors import ModelNotFoundError
 
@@ -28,9 +28,6 @@ def server_version() -> str:
     except metadata.PackageNotFoundError:
         return "unknown"
 
-
-def _json(obj: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(obj), status_code=status, media_type="application/json")
 
 
 def add_status_routes(
@@ -52,7 +49,7 @@ def add_status_routes(
 
     @router.get("/v1/models")
     async def list_models(request: Request) -> Response:
-        return _json({"object": "list", "data": [model_object(c) for c in cards()]})
+        return json_response({"object": "list", "data": [model_object(c) for c in cards()]})
 
     @router.get("/v1/models/{model_id:path}")
     async def retrieve_model(request: Request) -> Response:
@@ -60,24 +57,24 @@ def add_status_routes(
         model_id: str = request.path_params["model_id"]
         for card in cards():
             if card.id == model_id:
-                return _json(model_object(card))
+                return json_response(model_object(card))
         raise ModelNotFoundError(f"The model '{model_id}' does not exist", param="model")
 
     @router.get("/version")
     async def version(request: Request) -> Response:
-        return _json({"version": server_version()})
+        return json_response({"version": server_version()})
 
     @router.get("/health")
     async def health(request: Request) -> Response:
         dead = registry.not_live()  # no I/O: a liveness probe never waits on an upstream
-        return _json({"status": "dead", "backends": dead}, 503) if dead else _json({"status": "ok"})
+        return json_response({"status": "dead", "backends": dead}, 503) if dead else json_response({"status": "ok"})
 
     @router.get("/ready")
     async def ready(request: Request) -> Response:
         results = await registry.health_all()
         ok = all(h.ok for h in results.values())
         backends = {name: {"ok": h.ok, "detail": h.detail} for name, h in results.items()}
-        return _json({"status": "ready" if ok else "not_ready", "backends": backends}, 200 if ok else 503)
+        return json_response({"status": "ready" if ok else "not_ready", "backends": backends}, 200 if ok else 503)
 
     @router.get("/metrics")
     async def prometheus_metrics(request: Request) -> Response:
