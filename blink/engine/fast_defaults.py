@@ -37,12 +37,12 @@ from blink.engine.cpu_features import CpuFeatures
 @dataclass(frozen=True)
 class Agreement:
     """Greedy answers word for word fp32's (transformers, same weights) under one protocol: the
-    mode's and bf16 alone's, counted in the same run.
+    mode's, bf16 alone's and the int8 weights', counted in the same run.
 
     The absolute count moves with the protocol (how many sequences share a step changes the
     batch shapes, hence the rounding, and in mixed steps which path decode rows take), so a bar
-    on it compares figures taken under different protocols; the count relative to bf16 alone's
-    under the same protocol does not have that problem.
+    on it compares figures taken under different protocols; a mode is judged only against the
+    int8 weights' count under the same protocol (``MeasuredQuality.answers_lost``).
     """
 
     protocol: str  # e.g. "max-num-seqs 1"
@@ -75,7 +75,7 @@ class MeasuredQuality:
     # (empty: not measured, perplexity alone decides).
     agreement: tuple[Agreement, ...] = ()
     # (right, asked) over real_model_quality.QUICKSTART's turns that fp32 answers right (None:
-    # not measured). A default gets every one of them right.
+    # not measured); each one wrong where int8 is right counts as a lost answer.
     quickstart: tuple[int, int] | None = None
 
     @property
