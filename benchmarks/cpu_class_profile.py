@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 import statistics
@@ -516,6 +517,69 @@ def attention_micro(p: Plan) -> str:
     return "\n".join(out)
 
 
+def underflow_micro(p: Plan) -> str:
+    """What a subnormal costs this CPU, and whether Blink's attention kernels pay it.
+
+    Intel cores take a microcode assist for each vector op that makes or reads a subnormal; AMD
+    cores do not. A softmax whose scores sit far below their row max is where kernels make them
+    (most of a random model's causal scores do), so the kernels flush exp's results under FLT_MIN
+    to 0 (kernels/simd_exp.h). Rows: aten's multiply on subnormal vs normal floats (the CPU's
+    penalty), then the decode and prefill attention kernels with narrow vs wide score spreads
+    (their exposure: about 1x when no subnormal is made). One thread, thread CPU time, min of reps.
+    """
+    from blink.engine.kernels.attention import (
+        decode_attention_cpu,
+        decode_kernel_available,
+        prefill_attention_cpu,
+        prefill_kernel_available,
+    )
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+
+    def best(fn: Callable[[], object], reps: int) -> float:
+        fn()
+        times = []
+        for _ in range(reps):
+            t0 = time.thread_time()
+            fn()
+            times.append(time.thread_time() - t0)
+        return min(times) * 1000
+
+    out = ["| op | narrow (ms) | wide / subnormal (ms) | ratio |", "|---|---|---|---|"]
+    try:
+        normal, tiny = torch.full((1 << 20,), 1e-30), torch.full((1 << 20,), 1e-39)
+        a, b = best(lambda: normal * 0.5, 20), best(lambda: tiny * 0.5, 20)
+        out.append(f"| aten mul, 1M fp32 (normal vs subnormal) | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+        reps = 3 if p.ttft_reps <= 1 else 10
+        if decode_kernel_available():
+            for ctx in (256, 1024):
+                times = []
+                for spread in (1.0, 12.0):
+                    g = torch.Generator().manual_seed(ctx)
+                    blocks = ctx // 16
+                    k = (torch.randn(16 * blocks, 16, 3, 64, generator=g) * spread).bfloat16()
+                    v = torch.randn(16 * blocks, 16, 3, 64, generator=g).bfloat16()
+                    q = (torch.randn(16, 9, 64, generator=g) * spread).bfloat16()
+                    tables, lens = torch.arange(16 * blocks).view(16, blocks), torch.full((16,), ctx)
+                    times.append(best(functools.partial(decode_attention_cpu, q, k, v, tables, lens, 0.125), reps))
+                out.append(f"| decode attention 16 x {ctx} (spread 1 vs 12) | {times[0]:.3f} | {times[1]:.3f} | "
+                           f"{times[1] / times[0]:.2f} |")
+        if prefill_kernel_available():
+            times = []
+            for spread in (1.0, 12.0):
+                g = torch.Generator().manual_seed(3)
+                q = (torch.randn(1024, 9, 64, generator=g) * spread).bfloat16()
+                k = (torch.randn(1024, 3, 64, generator=g) * spread).bfloat16()
+                v = torch.randn(1024, 3, 64, generator=g).bfloat16()
+                times.append(best(functools.partial(prefill_attention_cpu, q, k, v, 0.125), max(2, reps // 2)))
+            out.append(f"| prefill attention 1024 (spread 1 vs 12) | {times[0]:.3f} | {times[1]:.3f} | "
+                       f"{times[1] / times[0]:.2f} |")
+    finally:
+        torch.set_num_threads(before)
+    return "\n".join(out)
+
+
 @contextlib.contextmanager
 def captured_warnings() -> Iterator[Warnings]:
     handler = Warnings()
@@ -537,7 +601,7 @@ def main() -> None:
     ap.add_argument("--stream-tokens", type=int, default=64)
     ap.add_argument("--out", default="", help="also write DIR/cpu_profile.md (rewritten after each section)")
     ap.add_argument("--quick", action="store_true", help="tiny run (~1 min) to check the script works")
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: ttft,hf,decode,profile,onednn,attention,sweep")
+    ap.add_argument("--skip", default="", help="comma list of sections to skip: ttft,hf,decode,profile,onednn,attention,underflow,sweep")
     args = ap.parse_args()
     p = plan(args.quick, args)
     skip = set(filter(None, args.skip.split(",")))
@@ -574,6 +638,9 @@ def main() -> None:
         if "attention" not in skip:
             section(report, "(g) prefill attention of one layer, 1 thread, thread CPU time (min of 5)",
                     lambda: attention_micro(p))
+        if "underflow" not in skip:
+            section(report, "(h) subnormals: the CPU's penalty and the attention kernels' exposure",
+                    lambda: underflow_micro(p))
         if "sweep" not in skip:
             section(report, "(f) decode-step linears by row count (ms per step)", lambda: row_sweep(args.threads, p))
     report.add(f"(total {time.perf_counter() - started:.0f} s)")

@@ -247,6 +247,36 @@ def test_prefill_matches_float64_reference(n: int, heads: int, kv_heads: int, di
 
 
 @needs_avx512_bf16
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_scores_far_below_the_max_flush_to_zero_and_match_float64(dtype: torch.dtype) -> None:
+    """Rows whose scores sit mostly more than 87 below their max (exp under FLT_MIN: the kernels
+    return 0, not a subnormal, so Intel cores take no assists) still give float64's answer, in
+    decode and in prefill, and a row with one dominant key returns that key's value."""
+    g = torch.Generator().manual_seed(7)
+    heads, kv_heads, dim, block_size, batch, width = 9, 3, 64, 16, 4, 8
+    k_cache = (torch.randn(width * batch, block_size, kv_heads, dim, generator=g) * 12).to(dtype)
+    v_cache = torch.randn(width * batch, block_size, kv_heads, dim, generator=g).to(dtype)
+    q = (torch.randn(batch, heads, dim, generator=g) * 12).to(dtype)
+    tables = torch.arange(width * batch).view(batch, width)
+    lens = torch.tensor([1, 17, 100, width * block_size])
+    scores = torch.einsum("bhd,bnhd->bhn", q.double().view(batch, kv_heads, 3, dim).flatten(1, 2),
+                          k_cache.double().view(batch, -1, kv_heads, dim).repeat_interleave(3, dim=2)) * dim**-0.5
+    assert float((scores - scores.amax(-1, keepdim=True) < -87).double().mean()) > 0.5  # mostly flushed
+    out = decode_attention_cpu(q, k_cache, v_cache, tables, lens, dim**-0.5)
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    assert float((out.double() - _reference(q, k_cache, v_cache, tables, lens, dim**-0.5)).abs().max()) < tol
+    if dtype == torch.bfloat16:
+        n = 200
+        qp = (torch.randn(n, heads, dim, generator=g) * 12).bfloat16()
+        kp = (torch.randn(n, kv_heads, dim, generator=g) * 12).bfloat16()
+        vp = torch.randn(n, kv_heads, dim, generator=g).bfloat16()
+        args = [x.double().transpose(0, 1).unsqueeze(0) for x in (qp, kp, vp)]
+        ref = F.scaled_dot_product_attention(*args, is_causal=True, scale=dim**-0.5, enable_gqa=True)
+        err = float((prefill_attention_cpu(qp, kp, vp, dim**-0.5).double() - ref.squeeze(0).transpose(0, 1)).abs().max())
+        assert err < 2e-2
+
+
+@needs_avx512_bf16
 def test_prefill_rejects_bad_inputs() -> None:
     assert prefill_kernel_available()
     x = torch.zeros(4, 2, 64, dtype=torch.bfloat16)
