@@ -96,8 +96,8 @@ class EngineConfig(BaseModel):
     decode_attention_kernel: bool = True
     # Fused residual-add + RMSNorm and SiLU-and-multiply for bf16 rows (off: aten's ops).
     prefill_ops: bool = True
-    # Causal attention of fresh bf16 prefill chunks: "auto" (by CPU class: torch's SDPA on AMX
-    # CPUs, Blink's AVX-512 kernel elsewhere; attention_dispatch.py), "kernel", "sdpa".
+    # Causal attention of fresh bf16 prefill chunks: "auto" (Blink's AVX-512 kernel and torch's
+    # SDPA raced once at start on this CPU, the faster kept; attention_dispatch.py), "kernel", "sdpa".
     prefill_attention: Literal["auto", "kernel", "sdpa"] = "auto"
     # Decode-only steps of at least this many rows leave the fused int8 step for oneDNN's GEMM on
     # the dense (int8-dense-prefill) or W8A8 (int8-w8a8) weight; 0 = by CPU class (AMX: 8 rows,

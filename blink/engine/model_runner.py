@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from blink.engine.attention_dispatch import PREFILL_ATTENTION_SETTINGS, choose_prefill_attention
+from blink.engine.attention_dispatch import (
+    PREFILL_ATTENTION_SETTINGS,
+    RACE_TOKENS,
+    choose_prefill_attention,
+    race_prefill_attention,
+)
 from blink.engine.compiled_decode import MAX_BATCH, CompiledDecode
 from blink.engine.config import EngineConfig
 from blink.engine.cpu_features import read_cpu_features
@@ -226,9 +231,15 @@ class ModelRunner:
             return False
         prefill = self.dtype == torch.bfloat16 and head_dim % 32 == 0 and head_dim <= 128
         usable = prefill and prefill_kernel_available()
-        choice = choose_prefill_attention(self.config.prefill_attention, read_cpu_features(), usable)
+        shape = model.shape
+        choice, race = choose_prefill_attention(
+            self.config.prefill_attention, usable,
+            lambda: race_prefill_attention(shape.num_heads, shape.num_kv_heads, head_dim))
         self.prefill_kernel = choice == "kernel"
-        if prefill:
+        if race is not None:
+            log.info("prefill attention: %s (setting auto: %d-token race on 1 thread, kernel %.2f ms, sdpa %.2f ms)",
+                     choice, RACE_TOKENS, race.kernel_ms, race.sdpa_ms)
+        elif prefill:
             log.info("prefill attention: %s (setting %s)", choice, self.config.prefill_attention)
         for attn in model.attention_layers():
             attn.decode_kernel = True

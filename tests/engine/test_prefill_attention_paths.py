@@ -1,5 +1,5 @@
 """Both prefill attention paths of a fresh bf16 chunk (attention_dispatch.py: Blink's AVX-512
-kernel, chosen on CPUs without AMX, and torch's SDPA, chosen on AMX CPUs) against a float64
+kernel and torch's SDPA, the faster raced at start) against a float64
 reference and against each other, in the layer and through a whole model's prefill logits."""
 
 from __future__ import annotations
