@@ -70,6 +70,10 @@ class AsyncEngine:
         self._enc = msgspec.msgpack.Encoder()
         # Structured-output specs that parsed (check_structured), least recently used first.
         self._valid_specs: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        # The step watchdog: requests the core still owns (sent, not yet finished or aborted) and
+        # when the core was last heard from (or, after an idle spell, when it was given work).
+        self._owned: set[str] = set()
+        self._last_heard = time.monotonic()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -118,6 +122,7 @@ class AsyncEngine:
         self._proc = None
         self._dead = None
         self._died = asyncio.Event()
+        self._owned.clear()
         await self.start()
 
     async def wait_dead(self) -> None:
@@ -138,6 +143,7 @@ class AsyncEngine:
             log.error("engine core died: %s", exc)
         # A dead core runs nothing and holds no KV blocks: gauges must not keep its last values.
         self.stats = EngineStats(num_blocks=self.stats.num_blocks)
+        self._owned.clear()
         self._fail_all(exc)
         self._died.set()
 
@@ -256,6 +262,9 @@ class AsyncEngine:
         finished = False
         try:
             msg = cp.AddRequest(request_id, list(prompt_token_ids), _params_dict(params), time.monotonic())
+            if not self._owned:
+                self._last_heard = time.monotonic()  # an idle core's silence was not a stall
+            self._owned.add(request_id)
             self._send(cp.ADD, self._enc.encode(msg))
             while True:
                 item = await queue.get()
@@ -271,6 +280,7 @@ class AsyncEngine:
                     return
         finally:
             self._queues.pop(request_id, None)
+            self._owned.discard(request_id)
             if not finished:
                 await self.abort(request_id)
 
@@ -301,12 +311,16 @@ class AsyncEngine:
                 if not await self._pull.poll(500):
                     if not self._proc.is_alive():
                         raise EngineDeadError(f"engine process died (exit code {self._proc.exitcode})")
+                    self._check_stalled()
                     continue
                 kind, payload = await self._pull.recv_multipart()
+                self._last_heard = time.monotonic()
                 if kind == cp.OUTPUTS and self._dead is None:
                     batch = dec.decode(payload)
                     self.stats = batch.stats
                     for out in batch.outputs:
+                        if out.finished:
+                            self._owned.discard(out.request_id)  # a slow reader's queue is not the core's work
                         q = self._queues.get(out.request_id)
                         if q is not None:
                             q.put_nowait(out)
@@ -319,6 +333,19 @@ class AsyncEngine:
             raise
         except BaseException as exc:
             self._mark_dead(exc)
+
+    def _check_stalled(self) -> None:
+        """Kill a core that owns requests but has finished no step for ``step_timeout_s``; raising
+        here marks it dead, which fails its requests and wakes the supervisor to restart it."""
+        limit = self.config.step_timeout_s
+        silent = time.monotonic() - self._last_heard
+        if not limit or not self._owned or silent < limit or self._proc is None:
+            return
+        log.error("engine core %s finished no step in %.0f s with %d requests: killing it as hung",
+                  self._proc.pid, silent, len(self._owned))
+        with contextlib.suppress(OSError, ValueError):
+            self._proc.kill()
+        raise EngineDeadError(f"the engine finished no step in {limit:g} s and was stopped as hung")
 
     def _fail_all(self, exc: BaseException) -> None:
         for q in self._queues.values():

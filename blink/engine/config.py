@@ -70,6 +70,12 @@ class EngineConfig(BaseModel):
     # short bursts (a cache hit, a new request's tokenisation) preempt a forward pass on a shared
     # core instead of waiting out its time slice.
     engine_nice: int = Field(0, ge=0, le=19)
+    # A core that owns unfinished requests yet finishes no step for this long is taken as hung
+    # (a kernel spinning, a deadlock, SIGSTOP): it is killed, its requests fail as the engine's
+    # death does and the supervisor restarts it, as vLLM's engine iteration timeout does. A step is
+    # at most max_num_batched_tokens tokens, seconds on a CPU; raise it for a big model on a slow
+    # machine. 0 turns the watchdog off.
+    step_timeout_s: float = Field(120.0, ge=0.0)
     # Load-time weight quantization of the linear layers (layers/linear_int8.QUANTIZATION_MODES):
     # on the CPU "int8" (weight-only, per-channel scales: decode is bandwidth bound, so fewer
     # weight bytes = faster steps), "int8-dense-prefill" (also keeps the loaded weights for

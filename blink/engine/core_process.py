@@ -188,5 +188,6 @@ def run_engine_core(
         except Exception:
             send(ERROR, enc.encode(traceback.format_exc()))
             raise
-        if outputs:
-            send(OUTPUTS, enc.encode(OutputBatch(outputs, engine.stats())))
+        # Sent after every step, even one that produced no token (a prefill chunk): it is also
+        # the heartbeat by which the frontend tells a long prompt from a hung core.
+        send(OUTPUTS, enc.encode(OutputBatch(outputs, engine.stats())))

@@ -159,3 +159,32 @@ def test_restarts_that_keep_failing_fail_health_and_requests_fast_until_one_succ
         res = _client(server.url).completions.create(model=MODEL, prompt="x", max_tokens=2,
                                                    extra_body={"ignore_eos": True})
         assert res.usage is not None and res.usage.completion_tokens == 2
+
+
+def test_a_hung_engine_is_killed_restarted_and_serves_again(tiny_qwen2: Path) -> None:
+    """A core that stops stepping (SIGSTOP: alive, silent, work in hand) is a dead one after
+    step_timeout_s: the stream in flight ends with engine_unavailable and a later request is served
+    by a new core, with no operator."""
+    settings = _settings(tiny_qwen2, SupervisionSettings(restart_wait_s=_BACK_WITHIN_S, restart_backoff_s=0.1))
+    settings.models[0].step_timeout_s = 1.0  # type: ignore[union-attr]
+    registry = build_registry(settings)
+    backend = registry.resolve(MODEL)
+    assert isinstance(backend, EmbeddedBackend)
+    with LiveServer(create_app(registry, settings.server)) as server:
+        old_pid = backend.engine.pid
+        assert old_pid is not None
+        with _long_stream(server.url) as r:
+            lines = r.iter_lines()
+            for line in lines:
+                if line.startswith("data: {"):
+                    break
+            os.kill(old_pid, signal.SIGSTOP)
+            rest = [line for line in lines if line.startswith("data: ")]
+        errors = [json.loads(line[6:])["error"] for line in rest if line.startswith('data: {"error"')]
+        assert [e["code"] for e in errors] == ["engine_unavailable"]
+        res = _client(server.url).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3, temperature=0,
+            extra_body={"ignore_eos": True})
+        assert res.usage is not None and res.usage.completion_tokens == 3
+        assert backend.engine.pid not in (None, old_pid)
+        assert not Path(f"/proc/{old_pid}").exists() or Path(f"/proc/{old_pid}/stat").read_text().split()[2] == "Z"

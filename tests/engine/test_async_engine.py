@@ -156,3 +156,52 @@ async def test_shutdown_is_bounded_whatever_the_core_state(tiny_llama: Path, fau
     os.kill(pid, fault)  # hung (stopped) or gone: neither may make shutdown wait forever
     await asyncio.wait_for(eng.shutdown(), 15)
     assert not Path(f"/proc/{pid}").exists()  # killed and reaped
+
+
+async def _hung_engine(tiny_llama: Path, timeout_s: float) -> AsyncEngine:
+    eng = AsyncEngine(EngineConfig(model=str(tiny_llama), dtype="float32", threads=1, max_model_len=512,
+                                   enable_prefix_caching=False, step_timeout_s=timeout_s))
+    await eng.start()
+    return eng
+
+
+async def test_a_core_that_stops_stepping_is_killed_and_its_requests_fail(tiny_llama: Path) -> None:
+    """A stopped core (alive, silent) with work in hand: its requests end with EngineDeadError
+    instead of waiting forever, it is killed, and a restart serves again."""
+    eng = await _hung_engine(tiny_llama, timeout_s=1.0)
+    try:
+        old = eng.pid
+        assert old is not None
+        gen = eng.generate("r", eng.encode_prompt("x"), SamplingParams(max_tokens=400, ignore_eos=True))
+        await gen.__anext__()
+        os.kill(old, signal.SIGSTOP)
+        with pytest.raises(EngineDeadError, match="no step"):
+            async for _ in gen:
+                pass
+        await asyncio.wait_for(eng.wait_dead(), 10)
+        for _ in range(100):
+            if not Path(f"/proc/{old}").exists() or "Z" in Path(f"/proc/{old}/stat").read_text().split()[2]:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the hung core was not killed")
+        await eng.restart()
+        ids, _ = await _collect(eng, "after", eng.encode_prompt("x"), GREEDY)
+        assert len(ids) == GREEDY.max_tokens
+    finally:
+        await eng.shutdown()
+
+
+async def test_an_idle_core_and_a_slow_reader_are_not_taken_for_a_hang(tiny_llama: Path) -> None:
+    eng = await _hung_engine(tiny_llama, timeout_s=2.0)
+    try:
+        await asyncio.sleep(2.5)  # idle: no work in hand, silence is fine
+        assert eng.is_alive()
+        gen = eng.generate("slow", eng.encode_prompt("x"), SamplingParams(max_tokens=5, ignore_eos=True))
+        first = await gen.__anext__()
+        await asyncio.sleep(2.5)  # the core finishes; this reader takes its time
+        rest = [out async for out in gen]
+        assert len(first.new_token_ids) + sum(len(o.new_token_ids) for o in rest) == 5
+        assert eng.is_alive()
+    finally:
+        await eng.shutdown()
