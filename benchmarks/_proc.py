@@ -35,6 +35,8 @@ def pinned(cores: set[int] | None) -> Callable[[], None]:
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 90, headers: dict[str, str] | None = None) -> None:
+    """Return once ``url`` answers 200; a server that never does is stopped before the error, so
+    a failed benchmark leaves no process behind (callers stop only servers that came up)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -45,7 +47,8 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float = 90, hea
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    raise RuntimeError(f"{url} not ready")
+    stop(proc)
+    raise RuntimeError(f"{url} not ready in {timeout:g} s (stopped)")
 
 
 def cpu_seconds(pid: int) -> float:
