@@ -1,7 +1,8 @@
 """Engine figures of whichever Blink tree is on PYTHONPATH, for before/after runs across commits.
 
 Prints one ``RESULT {json}`` line: TTFT at ``--lengths`` (median of 5 prompts each), batch-1
-decode tok/s and process CPU ms per token (median of 9 runs of 64 tokens), SmolLM2-135M's shape,
+decode tok/s and process CPU ms per token (median of 9 runs of 64 tokens), aggregate tok/s of
+``--streams`` concurrent requests (median of 3, their prefill included), SmolLM2-135M's shape,
 bf16, ``--quantization``. ``--profile`` adds a torch profile of one 1,024-token prefill (self CPU
 per op). Run it in alternation against a worktree of the older commit, each in its own process:
 
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_cpu import blink_ttft, build, rand_prompt  # noqa: E402
+from engine_cpu import blink_ttft, build, rand_prompt, run_together  # noqa: E402
 
 from blink.engine.config import EngineConfig  # noqa: E402
 from blink.engine.llm_engine import LLMEngine  # noqa: E402
@@ -55,6 +56,8 @@ def main() -> None:
     ap.add_argument("--quantization", default="int8-w8a8")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lengths", default="256,1024")
+    ap.add_argument("--streams", type=int, default=16, help="concurrent streams for the aggregate figure (0: skip)")
+    ap.add_argument("--stream-tokens", type=int, default=64)
     ap.add_argument("--profile", action="store_true", help="also profile one 1,024-token prefill")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -69,10 +72,16 @@ def main() -> None:
         ttft = {n: statistics.median(blink_ttft(engine, rand_prompt(n, 1000 * n + i), f"t{n}-{i}") for i in range(5))
                 for n in map(int, args.lengths.split(","))}
         runs = [decode(engine, rand_prompt(32, 5), 64) for _ in range(9)]
+        streams = []
+        for i in range(3 if args.streams else 0):  # aggregate tok/s, the streams' 32-token prefill included
+            t0, _, total = run_together(engine, [rand_prompt(32, 7000 + 100 * i + s) for s in range(args.streams)],
+                                        args.stream_tokens)
+            streams.append(total / (time.perf_counter() - t0))
         print("RESULT", json.dumps({
             "quantization": args.quantization, "ttft_ms": ttft,
             "decode_tok_s": statistics.median(r[0] for r in runs),
-            "decode_cpu_ms_per_token": statistics.median(r[1] for r in runs) * 1000}), flush=True)
+            "decode_cpu_ms_per_token": statistics.median(r[1] for r in runs) * 1000,
+            **({f"streams{args.streams}_tok_s": statistics.median(streams)} if streams else {})}), flush=True)
         if args.profile:
             from torch.profiler import ProfilerActivity, profile
 
