@@ -13,6 +13,9 @@ one engine (only the attention layers' ``fused_ops`` is toggled, so the other fu
     python benchmarks/rope_kv.py --threads 2 [--rounds 6] [--quantization int8-w8a8] [--quick]
 
 Prints the CPU line, the medians and fused/torch ratios. Rounds alternate the order (ABBA).
+``--clock thread`` (with ``--threads 1``: every op then runs on the calling thread) times the
+calling thread's CPU time instead of wall time, which other processes on a loaded machine do not
+inflate (descheduled time is not counted; cache and memory-bandwidth contention still are).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_cpu import blink_ttft, build, rand_prompt  # noqa: E402
+from engine_cpu import build, rand_prompt  # noqa: E402
 
 from blink.engine.config import EngineConfig  # noqa: E402
 from blink.engine.cpu_features import read_cpu_features  # noqa: E402
@@ -41,6 +44,8 @@ from blink.engine.sampling_params import SamplingParams  # noqa: E402
 
 HEADS, KV_HEADS, DIM = 9, 3, 64  # SmolLM2-135M
 NAMES = ("fused", "torch")
+# time.perf_counter (wall) or time.thread_time (the calling thread's CPU time), set by --clock.
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "thread": time.thread_time}
 
 
 def alternate(rounds: int, measure: Callable[[str, int], float]) -> dict[str, list[float]]:
@@ -58,7 +63,9 @@ def report(label: str, unit: str, got: dict[str, list[float]]) -> None:
     print(f"| {label} | {eager:.{digits}f} {unit} | {fused:.{digits}f} {unit} | {fused / eager:.2f}x |", flush=True)
 
 
-def layer_op(tokens: int, dtype: torch.dtype, rounds: int, reps: int) -> dict[str, list[float]]:
+def layer_op(
+    tokens: int, dtype: torch.dtype, rounds: int, reps: int, clock: Callable[[], float]
+) -> dict[str, list[float]]:
     """ms per layer of rope(q, k) + the K/V write, the layer's tensors laid out as LlamaAttention's."""
     qkv = torch.randn(tokens, (HEADS + 2 * KV_HEADS) * DIM).to(dtype)
     q, k, v = qkv.split([HEADS * DIM, KV_HEADS * DIM, KV_HEADS * DIM], dim=-1)
@@ -83,10 +90,10 @@ def layer_op(tokens: int, dtype: torch.dtype, rounds: int, reps: int) -> dict[st
     def measure(name: str, _: int) -> float:
         call = calls[name]
         call()
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(reps):
             call()
-        return (time.perf_counter() - t0) * 1000 / reps
+        return (clock() - t0) * 1000 / reps
 
     with torch.inference_mode():
         return alternate(rounds, measure)
@@ -98,7 +105,16 @@ def use(engine: LLMEngine, name: str) -> None:
             module.fused_ops = name == "fused"
 
 
-def decode_step_ms(engine: LLMEngine, name: str, streams: int, steps: int, tag: str) -> float:
+def ttft_ms(engine: LLMEngine, prompt: list[int], rid: str, clock: Callable[[], float]) -> float:
+    t0 = clock()
+    engine.add_request(rid, prompt, SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))
+    while engine.has_unfinished():
+        engine.step()
+    return (clock() - t0) * 1000
+
+
+def decode_step_ms(engine: LLMEngine, name: str, streams: int, steps: int, tag: str,
+                   clock: Callable[[], float]) -> float:
     """Median ms of ``steps`` decode-only steps of ``streams`` rows (prefills run first, untimed)."""
     params = SamplingParams(max_tokens=steps + 4, temperature=0.0, ignore_eos=True)
     for i in range(streams):
@@ -108,9 +124,9 @@ def decode_step_ms(engine: LLMEngine, name: str, streams: int, steps: int, tag: 
     engine.step()
     times = []
     for _ in range(steps):
-        t0 = time.perf_counter()
+        t0 = clock()
         engine.step()
-        times.append((time.perf_counter() - t0) * 1000)
+        times.append((clock() - t0) * 1000)
     while engine.has_unfinished():
         engine.step()
     return statistics.median(times)
@@ -142,18 +158,23 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=1024, help="TTFT prompt tokens")
     ap.add_argument("--quick", action="store_true", help="2 rounds, fewer repetitions: proves the script runs")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="thread: CPU time, with --threads 1")
     args = ap.parse_args()
+    if args.clock == "thread" and args.threads != 1:
+        raise SystemExit("--clock thread needs --threads 1 (other threads' CPU time would not be counted)")
+    clock = CLOCKS[args.clock]
     rounds = 2 if args.quick else args.rounds
     torch.set_num_threads(args.threads)
     if not rope_kv_available():
         raise SystemExit("blink::rope_write_kv is not built here (needs AVX-512 and a compiler)")
     print(f"- CPU: {read_cpu_features().describe()}")
-    print(f"- torch {torch.__version__}, threads {args.threads}, {rounds} alternating rounds, medians\n")
+    print(f"- torch {torch.__version__}, threads {args.threads}, {rounds} alternating rounds, medians, "
+          f"{args.clock} clock\n")
     print("| figure | torch ops | fused kernel | fused / torch |\n|---|---|---|---|")
     for dtype in (torch.bfloat16, torch.float32):
         for tokens in (1024, 16):
             reps = (20 if tokens > 100 else 500) // (5 if args.quick else 1)
-            got = layer_op(tokens, dtype, rounds, reps)
+            got = layer_op(tokens, dtype, rounds, reps, clock)
             report(f"rope + K/V write per layer, {tokens} rows, {str(dtype)[6:]}", "ms", got)
     with tempfile.TemporaryDirectory() as tmp:
         path = build("smollm2-135m", Path(tmp), "bfloat16")
@@ -163,15 +184,16 @@ def main() -> None:
         engine = LLMEngine(cfg, path)
         for name in NAMES:
             use(engine, name)
-            blink_ttft(engine, rand_prompt(64, 99), f"warm-{name}")
+            ttft_ms(engine, rand_prompt(64, 99), f"warm-{name}", clock)
 
         def ttft(name: str, r: int) -> float:
             use(engine, name)
-            return blink_ttft(engine, rand_prompt(args.prompt, 1000 + r), f"ttft-{name}-{r}")
+            return ttft_ms(engine, rand_prompt(args.prompt, 1000 + r), f"ttft-{name}-{r}", clock)
 
         report(f"TTFT @ {args.prompt}, SmolLM2 shape, bf16 {args.quantization}", "ms", alternate(rounds, ttft))
         steps = 4 if args.quick else 12
-        got = alternate(rounds, lambda name, r: decode_step_ms(engine, name, args.streams, steps, f"dec-{name}-{r}"))
+        got = alternate(rounds, lambda name, r: decode_step_ms(engine, name, args.streams, steps,
+                                                               f"dec-{name}-{r}", clock))
         report(f"eager {args.streams}-row decode step (decode_gemm_rows=1), bf16 {args.quantization}", "ms", got)
         counts = {name: [float(ops_per_step(engine, name, args.streams))] for name in NAMES}
         layers = engine.runner.model.shape.num_layers  # type: ignore[attr-defined]
