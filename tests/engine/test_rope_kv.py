@@ -2,7 +2,8 @@
 contents identical to write_kv's, in bf16 and fp32, for strided views of the fused qkv output,
 separate (Qwen3-normed) q/k, odd token counts, positions past 0 and the llama3/yarn tables; the
 cases it must not serve return None and write nothing; a bad slot is an error before any write;
-the engine's greedy output and prompt logprobs are the same with the kernel on and off."""
+the engine's greedy output and prompt logprobs are the same with the kernel on and off; the
+runner builds it at start for bf16/fp32 models unless prefill_ops is off."""
 
 from __future__ import annotations
 
@@ -201,3 +202,17 @@ def test_engine_output_identical_with_the_kernel_on_and_off(
     assert calls == []
     assert outputs["on"] == outputs["aten"]
     assert sum(len(o.new_token_ids) for o in outputs["on"]) == 8 * len(prompts)
+
+
+@pytest.mark.parametrize(("dtype", "prefill_ops", "built"), [("bfloat16", True, True), ("float32", True, True),
+                                                            ("bfloat16", False, False)])
+def test_the_runner_builds_the_kernel_at_start_not_at_the_first_request(
+    tiny_llama: Path, monkeypatch: pytest.MonkeyPatch, dtype: str, prefill_ops: bool, built: bool
+) -> None:
+    from blink.engine import model_runner
+
+    calls: list[bool] = []
+    monkeypatch.setattr(model_runner, "rope_kv_available", lambda: calls.append(True) or True)
+    model_runner.ModelRunner(EngineConfig(model=str(tiny_llama), dtype=dtype, prefill_ops=prefill_ops,  # type: ignore[arg-type]
+                                          kv_cache_memory_bytes=1 << 20, threads=1))
+    assert bool(calls) == built
