@@ -49,7 +49,7 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 
 
 def _case(tokens: int, heads: int, kv_heads: int, dim: int, dtype: torch.dtype, start: int, seed: int,
-          scaling: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
+          scaling: dict[str, object] | None = None, blocks: int = BLOCKS):  # type: ignore[no-untyped-def]
     """q/k/v as strided views of one fused [T, (H + 2 KVH) * D] output, cos/sin as the model looks
     them up, distinct slots scattered over a pool, and two identical pools (kernel, eager)."""
     gen = torch.Generator().manual_seed(seed)
@@ -58,8 +58,8 @@ def _case(tokens: int, heads: int, kv_heads: int, dim: int, dtype: torch.dtype, 
     views = q.view(tokens, heads, dim), k.view(tokens, kv_heads, dim), v.view(tokens, kv_heads, dim)
     positions = torch.arange(start, start + tokens)
     cos, sin = _table(dim, scaling).lookup(positions, dtype)
-    slots = torch.randperm(BLOCKS * BLOCK_SIZE, generator=gen)[:tokens]
-    pool = (torch.randn(2, BLOCKS, BLOCK_SIZE, kv_heads, dim, generator=gen)).to(dtype)
+    slots = torch.randperm(blocks * BLOCK_SIZE, generator=gen)[:tokens]
+    pool = (torch.randn(2, blocks, BLOCK_SIZE, kv_heads, dim, generator=gen)).to(dtype)
     return qkv, views, cos, sin, slots, pool, pool.clone()
 
 
@@ -85,6 +85,22 @@ def test_bit_identical_to_apply_rotary_and_write_kv(
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape and torch.equal(_bits(a), _bits(b))
     assert torch.equal(_bits(pool), _bits(eager_pool))  # written slots, and no other slot touched
+
+
+def test_split_across_threads() -> None:
+    # 1,024 tokens x 12 head rows: many tasks of torch's pool (the suite otherwise runs 1 thread).
+    _, (q, k, v), cos, sin, slots, pool, eager_pool = _case(1024, 9, 3, 64, torch.bfloat16, 0, seed=2,
+                                                            blocks=80)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = rope_write_kv(q, k, v, cos, sin, slots, pool[0], pool[1])
+    finally:
+        torch.set_num_threads(threads)
+    assert got is not None
+    for a, b in zip(got, _eager(q, k, v, cos, sin, slots, eager_pool), strict=True):
+        assert torch.equal(_bits(a), _bits(b))
+    assert torch.equal(_bits(pool), _bits(eager_pool))
 
 
 @pytest.mark.parametrize("scaling", [YARN, LLAMA3], ids=["yarn", "llama3"])
