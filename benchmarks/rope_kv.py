@@ -8,7 +8,8 @@ one engine (only the attention layers' ``fused_ops`` is toggled, so the other fu
 2. TTFT of a 1,024-token prompt on a random SmolLM2-135M-shape checkpoint;
 3. a 16-row decode step forced onto the eager path (``decode_gemm_rows=1``: the oneDNN GEMM
    path AMX hosts take from 8 rows on, with the per-layer Python loop and its ~20 torch calls),
-   and the number of op events the profiler records in one such step (independent of load).
+   and the number of op events the profiler records in one such step (independent of load);
+4. a profile of one prefill in each mode: the replaced ops' and the kernel's self CPU and calls.
 
     python benchmarks/rope_kv.py --threads 2 [--rounds 6] [--quantization int8-w8a8] [--quick]
 
@@ -150,6 +151,30 @@ def ops_per_step(engine: LLMEngine, name: str, streams: int) -> int:
     return sum(e.count for e in prof.key_averages() if "::" in e.key)
 
 
+ROPE_OPS = ("aten::mul", "aten::sub", "aten::add", "aten::cat", "aten::index_copy_", "blink::rope_write_kv")
+
+
+def prefill_profile(engine: LLMEngine, tokens: int) -> None:
+    """Self CPU of the ops the kernel replaces (and its own) in one ``tokens`` prefill, each mode."""
+    from torch.profiler import ProfilerActivity, profile
+
+    print(f"\nOne {tokens}-token prefill under the profiler, self CPU ms (calls):\n")
+    print("| op | " + " | ".join(NAMES) + " |\n|---|---|---|")
+    rows: dict[str, dict[str, str]] = {op: {} for op in (*ROPE_OPS, "total (all ops)")}
+    for name in NAMES:
+        use(engine, name)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            ttft_ms(engine, rand_prompt(tokens, 4242), f"prof-{name}", time.perf_counter)
+        events = {e.key: e for e in prof.key_averages()}
+        for op in ROPE_OPS:
+            e = events.get(op)
+            rows[op][name] = f"{e.self_cpu_time_total / 1000:.1f} ({e.count})" if e else "-"
+        total = sum(e.self_cpu_time_total for e in events.values()) / 1000
+        rows["total (all ops)"][name] = f"{total:.1f}"
+    for op, cells in rows.items():
+        print(f"| {op} | " + " | ".join(cells[n] for n in NAMES) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
@@ -198,6 +223,7 @@ def main() -> None:
         counts = {name: [float(ops_per_step(engine, name, args.streams))] for name in NAMES}
         layers = engine.runner.model.shape.num_layers  # type: ignore[attr-defined]
         report(f"op events in that step ({layers} layers)", "ops", counts)
+        prefill_profile(engine, args.prompt)
 
 
 if __name__ == "__main__":
