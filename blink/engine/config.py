@@ -100,7 +100,8 @@ class EngineConfig(BaseModel):
     w8a8_kernel: bool = True
     # Paged decode attention (and bf16 prefill attention) kernels (off: gather + torch's SDPA).
     decode_attention_kernel: bool = True
-    # Fused residual-add + RMSNorm and SiLU-and-multiply for bf16 rows (off: aten's ops).
+    # Fused residual-add + RMSNorm and SiLU-and-multiply for bf16 rows, and rope + K/V cache write
+    # for bf16/fp32 (off: aten's ops).
     prefill_ops: bool = True
     # Causal attention of fresh bf16 prefill chunks: "auto" (Blink's AVX-512 kernel and torch's
     # SDPA raced once at start on this CPU, the faster kept; attention_dispatch.py), "kernel", "sdpa".

@@ -32,6 +32,7 @@ from blink.engine.errors import EngineError, KVCacheTooSmallError
 from blink.engine.kernels.attention import decode_kernel_available, prefill_kernel_available
 from blink.engine.kernels.decode_step import FusedDecode, build_fused_decode
 from blink.engine.kernels.prefill_ops import prefill_ops_available
+from blink.engine.kernels.rope_kv import rope_kv_available
 from blink.engine.kernels.switches import with_env_overrides
 from blink.engine.kernels.w8a8 import w8a8_available
 from blink.engine.kv_cache_dtype import has_scales, resolve_kv_cache_dtype
@@ -140,6 +141,8 @@ class ModelRunner:
             # Built now, not by the first bf16 forward: else a fresh install's first request
             # waits for the compiler.
             prefill_ops_available()
+        if config.prefill_ops and self.dtype in (torch.bfloat16, torch.float32) and self.device.type == "cpu":
+            rope_kv_available()  # likewise blink::rope_write_kv (rope + K/V cache write, both dtypes)
         self.decode_kernel = self._enable_decode_kernel(model)
         # Decode-only steps in one C++ call where the model is eligible (kernels/decode_step.py);
         # built now, after the KV pool exists, so no request pays the build.

@@ -14,6 +14,7 @@ from blink.engine.kernels.attention import decode_kernel_available
 from blink.engine.kernels.decode_step import fused_decode_available
 from blink.engine.kernels.int8_gemv import int8_gemv_available
 from blink.engine.kernels.prefill_ops import prefill_ops_available
+from blink.engine.kernels.rope_kv import rope_kv_available
 from blink.engine.kernels.w8a8 import w8a8_available
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ _LIBRARIES: dict[str, Callable[[], bool]] = {
     "int8_gemv": int8_gemv_available,
     "decode_step": fused_decode_available,
     "prefill_ops": prefill_ops_available,
+    "rope_kv": rope_kv_available,
     "w8a8": w8a8_available,
 }
 

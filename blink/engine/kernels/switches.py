@@ -12,7 +12,7 @@ variable                    off value  field                        kernel
 ``BLINK_W8A8_KERNEL``       ``off``    ``w8a8_kernel``              int8-w8a8 prefill (w8a8.py)
 ``BLINK_FUSED_DECODE``      ``off``    ``fused_decode``             one-call decode (decode_step.py)
 ``BLINK_DECODE_ATTENTION``  ``sdpa``   ``decode_attention_kernel``  paged attention (attention.py)
-``BLINK_PREFILL_OPS``       ``aten``   ``prefill_ops``              fused norm/SiLU (prefill_ops.py)
+``BLINK_PREFILL_OPS``       ``aten``   ``prefill_ops``              fused norm/SiLU/rope (prefill_ops.py, rope_kv.py)
 ==========================  =========  ===========================  =============================
 
 The model runner applies them once, when it builds its model; the kernel modules read no

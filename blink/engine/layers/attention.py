@@ -22,6 +22,7 @@ from blink.engine.kernels.attention import (
     paged_decode_cpu,
     prefill_attention_cpu,
 )
+from blink.engine.kernels.rope_kv import rope_write_kv
 from blink.engine.kv_cache_dtype import FP8, as_cached, has_scales, write_kv
 from blink.engine.layers.paged_decode_op import paged_decode_attention
 
@@ -84,10 +85,30 @@ class PagedAttention(nn.Module):
         # Likewise blink::prefill_attention_cpu for a fresh bf16 chunk's causal attention.
         self.prefill_kernel = False
 
+    def rotate_and_write(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        meta: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Rotated ``(q, k)`` with this step's K/V already in the cache (one blink::rope_write_kv
+        call, kernels/rope_kv.py): then call :meth:`forward` with ``kv_written=True``. ``None``
+        (nothing written) where the kernel does not serve the call: rotate and write as before."""
+        return rope_write_kv(q, k, v, cos, sin, meta.slot_mapping, self.k_cache, self.v_cache)
+
     def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        meta: AttentionMetadata,
+        kv_written: bool = False,
     ) -> torch.Tensor:
-        """``q [T, H, D]``, ``k``/``v [T, KVH, D]`` -> ``[T, H * D]``."""
+        """``q [T, H, D]``, ``k``/``v [T, KVH, D]`` -> ``[T, H * D]``; ``kv_written``: the caller
+        wrote k/v into the cache already (:meth:`rotate_and_write`)."""
         if torch.compiler.is_compiling() and not meta.prefills:
             # The compiled decode graph (blink.engine.compiled_decode) sees one opaque node.
             mask = cast(torch.Tensor, meta.decode_mask)
@@ -109,8 +130,9 @@ class PagedAttention(nn.Module):
         k_flat = self.k_cache.view(-1, kvh, dim)
         v_flat = self.v_cache.view(-1, kvh, dim)
         scaled = self._scaled
-        write_kv(k_flat, meta.slot_mapping, k, self.k_scale.view(-1, kvh) if scaled else None)
-        write_kv(v_flat, meta.slot_mapping, v, self.v_scale.view(-1, kvh) if scaled else None)
+        if not kv_written:
+            write_kv(k_flat, meta.slot_mapping, k, self.k_scale.view(-1, kvh) if scaled else None)
+            write_kv(v_flat, meta.slot_mapping, v, self.v_scale.view(-1, kvh) if scaled else None)
 
         if meta.prefills:
             k, v = as_cached(k, self.k_cache.dtype), as_cached(v, self.k_cache.dtype)

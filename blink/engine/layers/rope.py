@@ -155,6 +155,10 @@ class RotaryEmbedding(nn.Module):
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE on ``x [T, heads, head_dim]`` (the Hugging Face, non-interleaved layout)."""
+    """Rotate-half RoPE on ``x [T, heads, head_dim]`` (the Hugging Face, non-interleaved layout).
+
+    The eager CPU forward runs blink::rope_write_kv instead where it is built
+    (kernels/rope_kv.py); it rounds as these ops do, so both give the same bits.
+    """
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)

@@ -90,17 +90,27 @@ class LlamaAttention(nn.Module):
         self.q_norm = RMSNorm(shape.head_dim, shape.rms_norm_eps) if variant.qk_norm else None
         self.k_norm = RMSNorm(shape.head_dim, shape.rms_norm_eps) if variant.qk_norm else None
         self.attn = PagedAttention(shape.num_heads, shape.num_kv_heads, shape.head_dim, shape.head_dim**-0.5)
+        # EngineConfig.prefill_ops, set by the model runner: False keeps apply_rotary + write_kv.
+        self.fused_ops = True
 
     def forward(
         self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
         tokens = hidden.shape[0]
         qkv = self.qkv_proj(hidden)
-        v = qkv[:, self.q_size + self.kv_size :].view(tokens, self.num_kv_heads, self.head_dim)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(tokens, self.num_heads, self.head_dim)
+        k = k.view(tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(tokens, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
-            q, k, _ = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-            q = apply_rotary(self.q_norm(q.view(tokens, self.num_heads, self.head_dim)), cos, sin)
-            k = apply_rotary(self.k_norm(k.view(tokens, self.num_kv_heads, self.head_dim)), cos, sin)
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.fused_ops:
+            # Rope of q and k and the cache write in one kernel call where it serves (eager's bits).
+            fused = self.attn.rotate_and_write(q, k, v, cos, sin, meta)
+            if fused is not None:
+                return self.o_proj(self.attn(fused[0], fused[1], v, meta, kv_written=True))
+        if self.q_norm is not None:
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         else:
             # Q and K sit side by side in the fused output: one rotary pass over both heads' sets
             # halves the rope ops per layer.
