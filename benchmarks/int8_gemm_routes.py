@@ -26,8 +26,13 @@ the floors). The exact routes' outputs are checked equal to (a)'s.
 A child process with ``ONEDNN_VERBOSE=1`` then prints which oneDNN implementation each route ran
 (e.g. ``brg_matmul:avx512_core_vnni``, or ``...amx`` on a CPU with AMX; ``gemm_api`` names none).
 
+``--prefill N`` then times the whole prefill (TTFT of one N-token prompt, in process) of a random
+SmolLM2-135M-shape checkpoint with ``int8-w8a8`` on each GEMM (``w8a8_gemm: int_mm`` vs
+``onednn``, one engine each, alternated), after checking both generate the same greedy tokens.
+
     python benchmarks/int8_gemm_routes.py                    # threads 1,2; M 256,1024 (~3 min quiet)
     python benchmarks/int8_gemm_routes.py --quick            # one shape, few rounds (~20 s)
+    python benchmarks/int8_gemm_routes.py --threads 1,2 --prefill 1024   # + TTFT per GEMM (~5 min)
 """
 
 from __future__ import annotations
@@ -38,10 +43,12 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -178,6 +185,41 @@ def implementations(m: int) -> str:
     return "\n".join(out)
 
 
+def prefill_ab(threads: int, tokens: int, rounds: int) -> str:
+    """TTFT of one ``tokens``-token prompt per W8A8 GEMM on a SmolLM2-135M-shape checkpoint
+    (median of ``rounds``, alternated), and whether the two give the same greedy tokens."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from engine_cpu import build, rand_prompt
+
+    from blink.engine.config import EngineConfig
+    from blink.engine.llm_engine import LLMEngine
+    from blink.engine.sampling_params import SamplingParams
+
+    clock = time.thread_time if threads == 1 else time.perf_counter
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build("smollm2-135m", Path(tmp), "bfloat16")
+        engines = {gemm: LLMEngine(EngineConfig(
+            model=str(path), dtype="bfloat16", quantization="int8-w8a8", w8a8_gemm=gemm, threads=threads,
+            max_model_len=2048, kv_cache_memory_bytes=1 << 29, max_num_batched_tokens=2048,
+            enable_prefix_caching=False), path) for gemm in ("int_mm", "onednn")}
+        greedy = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+        same = len({str(e.generate([rand_prompt(300, 7)], greedy)) for e in engines.values()}) == 1
+        ttft: dict[str, list[float]] = {gemm: [] for gemm in engines}
+        for r in range(rounds + 1):
+            for gemm, engine in engines.items():
+                engine.add_request(f"p{r}", rand_prompt(tokens, 100 + r),
+                                   SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))
+                t = clock()
+                while engine.has_unfinished():
+                    engine.step()
+                if r:  # round 0 warms the primitives for this length
+                    ttft[gemm].append((clock() - t) * 1000)
+    med = {gemm: statistics.median(v) for gemm, v in ttft.items()}
+    return (f"threads {threads} ({'thread CPU time' if threads == 1 else 'wall'}): TTFT @ {tokens} int_mm "
+            f"{med['int_mm']:.1f} ms, onednn {med['onednn']:.1f} ms (int_mm / onednn = "
+            f"{med['int_mm'] / med['onednn']:.2f}x); same greedy tokens: {same}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", default="1,2")
@@ -185,6 +227,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="one shape (qkv), M=256, 3 rounds")
+    parser.add_argument("--prefill", type=int, default=0, help="also time a prefill of this many tokens per GEMM")
     parser.add_argument("--verbose-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--m", type=int, default=1024, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -216,6 +259,10 @@ def main() -> None:
                     print(f"  {name:15s} median {med[name]:8.3f} ms ({med['int_mm'] / med[name]:.2f}x)   "
                           f"floor {low[name]:8.3f} ms ({low['int_mm'] / low[name]:.2f}x)", flush=True)
     print("\n" + implementations(256 if args.quick else 1024))
+    if args.prefill:
+        print(f"\nint8-w8a8 prefill, SmolLM2-135M shape, {rounds} alternated rounds:")
+        for threads in [int(t) for t in args.threads.split(",")]:
+            print(prefill_ab(threads, args.prefill, rounds), flush=True)
 
 
 if __name__ == "__main__":
