@@ -144,6 +144,7 @@ def test_onednn_gemm_gives_int_mms_bits(dtype: torch.dtype, rows: int, k: int, n
         on_int_mm = Int8Linear(w, b, float_output=head, gemv=True, w8a8=True, act_absmax=absmax)
         on_onednn = Int8Linear(w, b, float_output=head, gemv=True, w8a8=True, act_absmax=absmax)
         assert on_onednn.use_onednn_gemm() and on_onednn.w8a8_onednn is not None
+        assert on_onednn.w8a8_weight is None and not on_onednn.use_onednn_gemm()  # _int_mm's copy freed
         y = on_onednn(x)
         assert y.dtype == (torch.float32 if head else dtype) and y.shape == (rows, n)
         assert torch.equal(y, on_int_mm(x))
@@ -337,7 +338,7 @@ def test_engine_greedy_output_is_the_same_on_either_w8a8_gemm(tiny_llama: Path) 
     engines = {gemm: _engine(tiny_llama, "int8-w8a8", w8a8_gemm=gemm) for gemm in ("int_mm", "onednn")}
     assert {g: e.runner.w8a8_gemm for g, e in engines.items()} == {"int_mm": "int_mm", "onednn": "onednn"}
     layers = [m for m in engines["onednn"].runner.model.modules() if isinstance(m, Int8Linear)]
-    assert all((m.w8a8_onednn is None) == (m.w8a8_weight is None) for m in layers)
+    assert all((m.w8a8_onednn is None) == (m.w_scales is None) and m.w8a8_weight is None for m in layers)
     assert sum(m.w8a8_onednn is not None for m in layers) > 0
     outputs = [e.generate(prompts, params) for e in engines.values()]
     assert outputs[0] == outputs[1] and all(len(o) == 10 for o in outputs[0])

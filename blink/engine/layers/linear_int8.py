@@ -127,7 +127,8 @@ class Int8Linear(nn.Module):
             self.w8a8_weight, self.w_scales = sq.t(), sscales
             self.x_col_scale = torch.nn.functional.pad(smooth.reciprocal(), (0, self._pad), value=1.0)
         # Set by ``use_onednn_gemm`` where the CPU class runs W8A8 on oneDNN's int8 matmul
-        # (w8a8_gemm_dispatch.py): the W8A8 weight packed for it; None: ``torch._int_mm``.
+        # (w8a8_gemm_dispatch.py): the W8A8 weight packed for it, in place of ``w8a8_weight``.
+        # A layer runs W8A8 when it has ``w_scales``: on this weight if set, else on _int_mm's.
         self.w8a8_onednn: OnednnInt8Weight | None = None
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         # oneDNN-packed copy of ``dense`` (packed_linear.py), set by ``prepack``.
@@ -139,7 +140,7 @@ class Int8Linear(nn.Module):
     @property
     def has_gemm_weight(self) -> bool:
         """Whether many-row calls have a oneDNN GEMM to go to (the dense or the W8A8 weight)."""
-        return self.dense is not None or self.w8a8_weight is not None
+        return self.dense is not None or self.w_scales is not None
 
     def prepack(self) -> bool:
         """Pack the kept dense weight for the many-row calls; False without one (or off bf16 CPU)."""
@@ -152,6 +153,9 @@ class Int8Linear(nn.Module):
         if self.w8a8_weight is None:
             return False
         self.w8a8_onednn = pack_onednn_weight(self.w8a8_weight.t())
+        # _int_mm's operand is no longer read: dropping it frees the smoothed copy (an unsmoothed
+        # one is a view of ``qweight``, which the few-row calls keep using).
+        self.w8a8_weight = None
         return True
 
     def _dense_min_rows(self) -> int:
@@ -169,10 +173,10 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         rows = x.numel() // self.in_features
-        w8a8_weight, w_scales = self.w8a8_weight, self.w_scales
-        if w8a8_weight is not None and w_scales is not None and rows >= self._gemm_rows(GEMV_DENSE_MAX_ROWS + 1):
+        w_scales = self.w_scales
+        if w_scales is not None and rows >= self._gemm_rows(GEMV_DENSE_MAX_ROWS + 1):
             if not torch.compiler.is_compiling():
-                return self._w8a8_forward(x, w8a8_weight, w_scales).reshape(*lead, self.out_features)
+                return self._w8a8_forward(x, w_scales).reshape(*lead, self.out_features)
         if self.dense is not None and rows >= self._dense_min_rows():
             if not torch.compiler.is_compiling() and self.packed_dense is not None:
                 y = packed_linear(x, self.packed_dense, self.bias)
@@ -198,7 +202,7 @@ class Int8Linear(nn.Module):
             y = y + self.bias.to(y.dtype)
         return y.reshape(*lead, self.out_features)
 
-    def _w8a8_forward(self, x: torch.Tensor, weight: torch.Tensor, w_scales: torch.Tensor) -> torch.Tensor:
+    def _w8a8_forward(self, x: torch.Tensor, w_scales: torch.Tensor) -> torch.Tensor:
         """``[rows, out_features]`` through kernels/w8a8.py: bf16 activations quantize from bf16,
         any other dtype from fp32, and the output is fp32 unless it is bf16 that was asked for."""
         x2 = x.reshape(-1, self.in_features)
@@ -210,10 +214,13 @@ class Int8Linear(nn.Module):
         bias: torch.Tensor | None = self.bias
         if bias is not None and bias.dtype not in (torch.bfloat16, torch.float32):
             bias = bias.float()
-        if self.w8a8_onednn is not None:
-            y = w8a8_linear_onednn(x2, self.w8a8_onednn, w_scales, bias, fp32_out, self.x_col_scale)
-        else:
+        onednn, weight = self.w8a8_onednn, self.w8a8_weight
+        if onednn is not None:
+            y = w8a8_linear_onednn(x2, onednn, w_scales, bias, fp32_out, self.x_col_scale)
+        elif weight is not None:
             y = w8a8_linear(x2, weight, w_scales, bias, fp32_out, self.x_col_scale)
+        else:  # w_scales without either weight: a construction bug, not a request's fault
+            raise EngineError("W8A8 layer has scales but no weight")
         return y if self.float_output else y.to(x.dtype)
 
 
