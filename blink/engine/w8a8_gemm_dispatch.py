@@ -3,9 +3,10 @@
 ``torch._int_mm`` runs through oneDNN's gemm API, which has VNNI kernels but no AMX one; oneDNN's
 int8 matmul primitive (reached through torch's x86 quantization ops, kernels/w8a8.py) runs on the
 AMX tiles where the CPU has AMX-INT8, and on VNNI elsewhere. Both give the same bits, so the
-choice is speed alone: on CPUs without AMX neither was ahead by a margin worth a second packed
-copy of every W8A8 weight (benchmarks/RESULTS.md, "int8 GEMM routes for W8A8 prefill"), so
-``_int_mm`` stays there; AMX-INT8 CPUs take the matmul primitive. The choice is made once, at
+choice is speed alone: on a CPU without AMX (VNNI) the matmul primitive was a little slower than
+``_int_mm`` at every prefill shape (benchmarks/RESULTS.md, "int8 GEMM routes for W8A8 prefill"),
+so ``_int_mm`` stays there; AMX-INT8 CPUs take the matmul primitive, the only int8 route that
+reaches their tiles (its speed there is to be confirmed with the same benchmark). The choice is made once, at
 engine start, and logged; ``w8a8_gemm`` in EngineConfig overrides it (A/B runs:
 benchmarks/int8_gemm_routes.py times both routes alone).
 """

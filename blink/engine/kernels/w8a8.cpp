@@ -12,10 +12,10 @@
 //     |q * scale - u| <= scale / 2 up to fp32 rounding. With `offset` the same codes come out as
 //     uint8 q + 128 (oneDNN's fast int8 matmul wants unsigned activations; zero point 128).
 //   dequant_rows: y = out_dtype((float(acc) * w_scale[n]) * x_scale[m] + float(bias[n])), each
-//     operation rounded in fp32 in that order; acc is int32, or fp32 holding float(acc) already
-//     (oneDNN's int8 matmul with unit scales converts its int32 sums to fp32 with the same rounding),
 //     operation rounded in fp32 in that order (built with -ffp-contract=off, so no FMA contraction),
-//     bf16 output rounded to nearest even like torch's vectorised cast (bf16_simd.h).
+//     bf16 output rounded to nearest even like torch's vectorised cast (bf16_simd.h). acc is int32,
+//     or fp32 already holding float(acc): oneDNN's int8 matmul with unit scales converts its int32
+//     sums with the same round-to-nearest-even, so both give the same bits.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>

@@ -13,7 +13,7 @@ the caller keeps the weight-only int8 path: engine start never fails for want of
 A second GEMM serves the same linears where the CPU class asks for it (w8a8_gemm_dispatch.py):
 oneDNN's int8 matmul primitive through torch's x86 quantization ops (``onednn.qlinear_*``).
 ``_int_mm`` reaches oneDNN's gemm API, which has no AMX kernel; the matmul primitive runs on the
-AMX tiles where the CPU has them (and on VNNI elsewhere, about as fast as ``_int_mm``:
+AMX tiles where the CPU has them (and on VNNI elsewhere, a little slower than ``_int_mm``:
 benchmarks/int8_gemm_routes.py). That primitive is fast only for unsigned activations (signed
 ones fall to oneDNN's reference kernel, ~1000x slower), so the codes go in as ``q + 128`` with
 zero point 128, and unit scales make its fp32 output ``float(int32 sum)``: the dequantization
