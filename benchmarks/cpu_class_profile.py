@@ -15,7 +15,8 @@ after each, so a run cut short still leaves what it measured:
   (d) a per-op profile (torch.profiler, self CPU, top 12) of one 1,024-token prefill and of
       decode steps of ``--streams`` rows for the configuration Blink picks for this CPU;
   (e) which oneDNN implementations ran (``ONEDNN_VERBOSE=1`` in a subprocess) for a bf16
-      ``F.linear``, the pre-packed bf16 linear Blink uses, ``torch._int_mm`` and bf16 SDPA;
+      ``F.linear``, the pre-packed bf16 linear Blink uses, ``torch._int_mm``, oneDNN's int8
+      matmul (W8A8's GEMM on AMX-INT8 CPUs) and bf16 SDPA;
   (f) a row sweep of one decode step's linears (SmolLM2's 120 layer linears, distinct weights):
       Blink's int8 GEMV vs oneDNN packed bf16 vs W8A8 ``_int_mm`` at 1-64 rows;
   (g) one layer's prefill attention, kernel vs SDPA, on one thread in thread CPU time.
@@ -388,6 +389,11 @@ wi = torch.randint(-127, 128, (1536, 576), dtype=torch.int8)
 timed("torch._int_mm 1024x576x1536", lambda: torch._int_mm(xi, wi.t()))
 xi32 = xi[:32].contiguous()
 timed("torch._int_mm 32x576x1536", lambda: torch._int_mm(xi32, wi.t()))
+# int8-w8a8's GEMM on AMX-INT8 CPUs (kernels/w8a8.py): oneDNN's matmul primitive, uint8 codes + 128.
+xu, packed_i = (xi.to(torch.int16) + 128).to(torch.uint8), torch.ops.onednn.qlinear_prepack(wi, None)
+ones, zeros = torch.ones(1536), torch.zeros(1536, dtype=torch.long)
+timed("oneDNN qlinear u8 1024x576x1536", lambda: torch.ops.onednn.qlinear_pointwise(
+    xu, 1.0, 128, packed_i, ones, zeros, None, 1.0, 0, torch.float32, "none", [], ""))
 q = torch.randn(1, 9, 1024, 64, dtype=torch.bfloat16)
 kv = torch.randn(1, 3, 1024, 64, dtype=torch.bfloat16)
 timed("bf16 SDPA causal 9/3 heads x 1024", lambda: F.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True))

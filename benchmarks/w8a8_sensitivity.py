@@ -78,10 +78,11 @@ def main() -> None:
 
     def engine(quantization: str = "int8-w8a8", **patches: Any) -> llm_engine.LLMEngine:
         # Every projection (the LM head aside) on the many-row path the config names, whatever
-        # the mode's own default choice is: the configs below swap them one by one.
+        # the mode's own default choice is: the configs below swap them one by one. W8A8 on
+        # _int_mm on every CPU: the swaps move its weight (the oneDNN GEMM gives the same bits).
         config = EngineConfig(model=str(path), dtype="bfloat16", quantization=quantization, threads=args.threads,
                               max_model_len=2048, kv_cache_memory_bytes=96 << 20, enable_prefix_caching=False,
-                              max_num_seqs=args.max_num_seqs)
+                              max_num_seqs=args.max_num_seqs, w8a8_gemm="int_mm")
         with mock.patch.object(linear_int8, "W8A8_DENSE_KINDS", ()):
             if "calibration" in patches:
                 with mock.patch.object(llm_engine, "calibration_text", patches["calibration"]):

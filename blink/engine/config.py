@@ -110,6 +110,10 @@ class EngineConfig(BaseModel):
     # the dense (int8-dense-prefill) or W8A8 (int8-w8a8) weight; 0 = by CPU class (AMX: 8 rows,
     # elsewhere never: decode_gemm_dispatch.py). Other quantization modes are unaffected.
     decode_gemm_rows: int = Field(0, ge=0)
+    # The int8 GEMM of int8-w8a8's many-row linears: "auto" (by CPU class: oneDNN's int8 matmul,
+    # which runs on AMX, on AMX-INT8 CPUs; torch._int_mm elsewhere: w8a8_gemm_dispatch.py),
+    # "int_mm", "onednn". Both give the same bits; other quantization modes are unaffected.
+    w8a8_gemm: Literal["auto", "int_mm", "onednn"] = "auto"
     # Decode-only steps replayed from captured graphs (decode_graphs.py): "auto" (CUDA graphs on
     # a CUDA device, off elsewhere), "off", or "replay" (the same padded static buffers without
     # capturing, on any device: what the CPU tests check the padding with).

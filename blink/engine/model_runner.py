@@ -34,7 +34,7 @@ from blink.engine.kernels.decode_step import FusedDecode, build_fused_decode
 from blink.engine.kernels.prefill_ops import prefill_ops_available
 from blink.engine.kernels.rope_kv import rope_kv_available
 from blink.engine.kernels.switches import with_env_overrides
-from blink.engine.kernels.w8a8 import w8a8_available
+from blink.engine.kernels.w8a8 import onednn_w8a8_available, w8a8_available
 from blink.engine.kv_cache_dtype import has_scales, resolve_kv_cache_dtype
 from blink.engine.layers.attention import AttentionMetadata, PrefillChunk
 from blink.engine.layers.linear_int8 import Int8Linear, quantize_model
@@ -42,6 +42,7 @@ from blink.engine.layers.packed_linear import prepack_model
 from blink.engine.layers.smoothing import CALIBRATION_TOKENS, recorded_input_ranges
 from blink.engine.loader import instantiate, open_checkpoint, resolve_dtype, resolve_model_path
 from blink.engine.models.registry import CausalLM, model_factory
+from blink.engine.w8a8_gemm_dispatch import choose_w8a8_gemm
 
 log = logging.getLogger("blink.engine")
 
@@ -149,6 +150,7 @@ class ModelRunner:
         self._fused = build_fused_decode(model) if config.fused_decode else None
         self.fused_decode = self._fused is not None
         self.decode_gemm_rows = self._dispatch_decode_gemm(model)
+        self.w8a8_gemm = self._dispatch_w8a8_gemm(model)
         self.compile_seconds = 0.0
         # The fused step serves every batch the graph would (1-3 rows), so compiling (minutes)
         # would only be wasted start-up time.
@@ -170,6 +172,20 @@ class ModelRunner:
             log.info("decode steps of %d+ rows: oneDNN GEMM on the %s weights (setting %s); fewer: fused step",
                      rows, self.quantization, self.config.decode_gemm_rows or "auto")
         return rows
+
+    def _dispatch_w8a8_gemm(self, model: Any) -> str:
+        """The int8 GEMM of the W8A8 linears, by CPU class (w8a8_gemm_dispatch.py); "none"
+        where no linear runs W8A8 (other modes, or the W8A8 kernels not built)."""
+        layers = [m for m in model.modules() if isinstance(m, Int8Linear) and m.w8a8_weight is not None]
+        if not layers:
+            return "none"
+        choice = choose_w8a8_gemm(self.config.w8a8_gemm, read_cpu_features(), onednn_w8a8_available())
+        if choice == "onednn":
+            for m in layers:
+                m.use_onednn_gemm()
+        log.info("int8-w8a8 GEMM: %s (setting %s)", "oneDNN int8 matmul" if choice == "onednn" else "torch._int_mm",
+                 self.config.w8a8_gemm)
+        return choice
 
     def _graph_capture(self) -> GraphCapture | None:
         setting = self.config.decode_graphs

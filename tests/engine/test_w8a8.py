@@ -96,6 +96,82 @@ def test_dequant_rows_is_exact(bias_dtype: torch.dtype | None, float_output: boo
 
 @needs_kernels
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_quantize_rows_offset_writes_the_same_codes_plus_128(dtype: torch.dtype) -> None:
+    """The uint8 codes oneDNN's int8 matmul takes (zero point 128) are the int8 codes + 128."""
+    torch.manual_seed(0)
+    x = (torch.randn(13, 37) * 3).to(dtype)
+    x[4] = 0
+    col = torch.rand(37) * 4 + 0.01
+    for col_scale in (None, col):
+        q, scales = torch.ops.blink.quantize_rows(x, col_scale)
+        qu, scales_u = torch.ops.blink.quantize_rows(x, col_scale, True)
+        assert qu.dtype == torch.uint8 and torch.equal(scales_u, scales)
+        assert torch.equal(qu.to(torch.int16), q.to(torch.int16) + 128)
+
+
+@needs_kernels
+def test_dequant_rows_of_fp32_sums_equals_dequant_rows_of_the_int32_sums() -> None:
+    """oneDNN hands back float(int32 sum): dequantizing it must give the int32 path's bits, also
+    past 2^24 where the int32 -> fp32 conversion rounds."""
+    g = torch.Generator().manual_seed(0)
+    acc = torch.randint(-(2**30), 2**30, (19, 37), dtype=torch.int32, generator=g)
+    acc[0, :5] = torch.tensor([2**24 + 1, -(2**24) - 3, 2**25 + 2, 0, -1], dtype=torch.int32)
+    xs, ws = torch.rand(19, generator=g) / 100, torch.rand(37, generator=g) / 100
+    for bias in (None, torch.randn(37, generator=g), torch.randn(37, generator=g).bfloat16()):
+        for float_output in (False, True):
+            assert torch.equal(torch.ops.blink.dequant_rows(acc.float(), xs, ws, bias, float_output),
+                               torch.ops.blink.dequant_rows(acc, xs, ws, bias, float_output))
+    with pytest.raises(RuntimeError, match="int32 or fp32"):
+        torch.ops.blink.dequant_rows(acc.double(), xs, ws, None, False)
+
+
+needs_onednn = pytest.mark.skipif(not w8a8.onednn_w8a8_available(), reason="needs oneDNN's int8 matmul ops")
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("rows", "k", "n"), [(17, 40, 95), (33, 37, 96), (301, 64, 7)])  # odd M, K padded, odd N
+@pytest.mark.parametrize("smoothed", [False, True])
+def test_onednn_gemm_gives_int_mms_bits(dtype: torch.dtype, rows: int, k: int, n: int, smoothed: bool) -> None:
+    """The same layer on oneDNN's int8 matmul and on torch._int_mm: equal bit for bit (both sums
+    are exact int32, the dequantization is one), with bias, SmoothQuant's column scales and the
+    LM head's fp32 output; within int8 rounding of the fp32 product."""
+    torch.manual_seed(rows + k)
+    w, b = (torch.randn(n, k) * 0.1).to(dtype), torch.randn(n).to(dtype)
+    absmax = torch.rand(k) * 5 + 0.1 if smoothed else None
+    x = torch.randn(rows, k).to(dtype)
+    for head in (False, True):
+        on_int_mm = Int8Linear(w, b, float_output=head, gemv=True, w8a8=True, act_absmax=absmax)
+        on_onednn = Int8Linear(w, b, float_output=head, gemv=True, w8a8=True, act_absmax=absmax)
+        assert on_onednn.use_onednn_gemm() and on_onednn.w8a8_onednn is not None
+        assert on_onednn.w8a8_weight is None and not on_onednn.use_onednn_gemm()  # _int_mm's copy freed
+        y = on_onednn(x)
+        assert y.dtype == (torch.float32 if head else dtype) and y.shape == (rows, n)
+        assert torch.equal(y, on_int_mm(x))
+        exact = torch.nn.functional.linear(x.float(), w.float(), b.float())
+        assert float((y.float() - exact).norm() / exact.norm()) < 0.03
+    # Few rows stay the int8 weight-only path on either GEMM; no W8A8 weight, nothing to pack.
+    few = x[:GEMV_DENSE_MAX_ROWS]
+    assert torch.equal(on_onednn(few), Int8Linear(w, b, float_output=True, gemv=True)(few))
+    assert not Int8Linear(w, b, gemv=True).use_onednn_gemm()
+
+
+@needs_kernels
+def test_onednn_gemm_unavailable_when_its_ops_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch whose qlinear ops are missing or wrong costs the route, not a request."""
+    probe = w8a8.onednn_w8a8_available.__wrapped__  # type: ignore[attr-defined]
+
+    def missing(*args: object) -> torch.Tensor:
+        raise RuntimeError("onednn::qlinear_pointwise: no kernel")
+
+    monkeypatch.setattr(w8a8, "_onednn_int32_sums", missing)
+    assert not probe()
+    monkeypatch.setattr(w8a8, "_onednn_int32_sums", lambda x, w: torch.zeros(x.shape[0], w.zero_points.numel()))
+    assert not probe()
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("k", [64, 40])  # 40: the int8 weight is zero-padded to 48 columns
 def test_many_row_calls_run_w8a8_and_few_rows_stay_int8(
     dtype: torch.dtype, k: int, gemv_row_counts: list[int], w8a8_rows: list[int]
@@ -220,8 +296,9 @@ def test_unknown_modes_are_still_rejected() -> None:
         quantize_model(_model(), "w8a8")
 
 
-def _engine(path: Path, quantization: str) -> LLMEngine:
-    cfg = EngineConfig(model=str(path), dtype="bfloat16", quantization=quantization, threads=1, max_model_len=512)
+def _engine(path: Path, quantization: str, **settings: object) -> LLMEngine:
+    cfg = EngineConfig(model=str(path), dtype="bfloat16", quantization=quantization, threads=1, max_model_len=512,
+                       **settings)  # type: ignore[arg-type]
     return LLMEngine(cfg, path)
 
 
@@ -248,6 +325,23 @@ def test_engine_greedy_run_end_to_end(tiny_llama: Path) -> None:
         assert engine.generate([prompt], params) == int8.generate([prompt], params)
     out = engine.generate(long, params)
     assert [len(o) for o in out] == [12, 12]
+
+
+@needs_onednn
+def test_engine_greedy_output_is_the_same_on_either_w8a8_gemm(tiny_llama: Path) -> None:
+    """The GEMM choice changes no token: prompts long enough to prefill through W8A8 give the same
+    greedy output on oneDNN's int8 matmul as on torch._int_mm, and the runner reports its choice
+    (the choice by CPU class: test_w8a8_gemm_dispatch.py)."""
+    params = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    rng = random.Random(1)
+    prompts = [[rng.randrange(3, 500) for _ in range(n)] for n in (GEMV_DENSE_MAX_ROWS + 1, 77, 150)]
+    engines = {gemm: _engine(tiny_llama, "int8-w8a8", w8a8_gemm=gemm) for gemm in ("int_mm", "onednn")}
+    assert {g: e.runner.w8a8_gemm for g, e in engines.items()} == {"int_mm": "int_mm", "onednn": "onednn"}
+    layers = [m for m in engines["onednn"].runner.model.modules() if isinstance(m, Int8Linear)]
+    assert all((m.w8a8_onednn is None) == (m.w_scales is None) and m.w8a8_weight is None for m in layers)
+    assert sum(m.w8a8_onednn is not None for m in layers) > 0
+    outputs = [e.generate(prompts, params) for e in engines.values()]
+    assert outputs[0] == outputs[1] and all(len(o) == 10 for o in outputs[0])
 
 
 def test_every_engine_mode_is_a_setting_and_travels_to_the_engine_config() -> None:

@@ -9,10 +9,13 @@
 //   quantize_rows: with u = x, or u = x * col_scale (fp32, per column) when a column scale is given
 //     (the SmoothQuant factors of linear_int8.py), scale[m] = max(absmax(u[m]), tiny) / 127 (fp32),
 //     q = round-half-even(u * (127 / max(absmax, tiny))) saturated to [-127, 127];
-//     |q * scale - u| <= scale / 2 up to fp32 rounding.
+//     |q * scale - u| <= scale / 2 up to fp32 rounding. With `offset` the same codes come out as
+//     uint8 q + 128 (oneDNN's fast int8 matmul wants unsigned activations; zero point 128).
 //   dequant_rows: y = out_dtype((float(acc) * w_scale[n]) * x_scale[m] + float(bias[n])), each
 //     operation rounded in fp32 in that order (built with -ffp-contract=off, so no FMA contraction),
-//     bf16 output rounded to nearest even like torch's vectorised cast (bf16_simd.h).
+//     bf16 output rounded to nearest even like torch's vectorised cast (bf16_simd.h). acc is int32,
+//     or fp32 already holding float(acc): oneDNN's int8 matmul with unit scales converts its int32
+//     sums with the same round-to-nearest-even, so both give the same bits.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
@@ -53,7 +56,7 @@ inline __m512 load_scaled(const T* x, const float* col, int64_t k, __mmask16 mas
 }
 
 template <typename T>
-void quantize_row(const T* x, const float* col, int64_t K, int8_t* q, float* scale) {
+void quantize_row(const T* x, const float* col, int64_t K, int8_t* q, float* scale, bool offset) {
   __m512 vmax = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; k += 16) {
     vmax = _mm512_max_ps(vmax, _mm512_abs_ps(load_scaled(x, col, k, lanes(k, K))));
@@ -67,11 +70,15 @@ void quantize_row(const T* x, const float* col, int64_t K, int8_t* q, float* sca
     // x * inv can round a hair past +-127 (absmax * (127 / absmax)); clamp before converting.
     const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(load_scaled(x, col, k, mask), inv), lo), hi);
     const __m512i i = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm_mask_storeu_epi8(q + k, mask, _mm512_cvtsepi32_epi8(i));
+    __m128i codes = _mm512_cvtsepi32_epi8(i);
+    // q + 128 as uint8 is q's bits with the top one flipped.
+    if (offset) codes = _mm_xor_si128(codes, _mm_set1_epi8(static_cast<char>(0x80)));
+    _mm_mask_storeu_epi8(q + k, mask, codes);
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const std::optional<at::Tensor>& col_scale) {
+std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const std::optional<at::Tensor>& col_scale,
+                                                 bool offset) {
   TORCH_CHECK(x.dim() == 2, "quantize_rows: x must be [M, K]");
   TORCH_CHECK(x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat, "quantize_rows: x must be bf16 or fp32");
   const auto xc = x.contiguous();
@@ -83,31 +90,35 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const std:
   }
   const auto cc = has_col ? col_scale->contiguous() : at::Tensor();
   const float* cp = has_col ? cc.data_ptr<float>() : nullptr;
-  auto q = at::empty({M, K}, xc.options().dtype(at::kChar));
+  auto q = at::empty({M, K}, xc.options().dtype(offset ? at::kByte : at::kChar));
   auto scales = at::empty({M}, xc.options().dtype(at::kFloat));
-  int8_t* qp = q.data_ptr<int8_t>();
+  int8_t* qp = static_cast<int8_t*>(q.data_ptr());
   float* sp = scales.data_ptr<float>();
   const bool bf16 = xc.scalar_type() == at::kBFloat16;
   const void* xp = xc.data_ptr();
   at::parallel_for(0, M, grain_rows(K), [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       if (bf16) {
-        quantize_row(static_cast<const c10::BFloat16*>(xp) + m * K, cp, K, qp + m * K, sp + m);
+        quantize_row(static_cast<const c10::BFloat16*>(xp) + m * K, cp, K, qp + m * K, sp + m, offset);
       } else {
-        quantize_row(static_cast<const float*>(xp) + m * K, cp, K, qp + m * K, sp + m);
+        quantize_row(static_cast<const float*>(xp) + m * K, cp, K, qp + m * K, sp + m, offset);
       }
     }
   });
   return {q, scales};
 }
 
-template <typename B>
-void dequant_row(const int32_t* acc, int64_t N, float x_scale, const float* w_scales, const B* bias, void* y,
+// 16 accumulators as fp32: int32 converted (round to nearest even), fp32 as is.
+inline __m512 load_acc(const int32_t* p, __mmask16 mask) { return _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mask, p)); }
+inline __m512 load_acc(const float* p, __mmask16 mask) { return _mm512_maskz_loadu_ps(mask, p); }
+
+template <typename A, typename B>
+void dequant_row(const A* acc, int64_t N, float x_scale, const float* w_scales, const B* bias, void* y,
                  bool float_output) {
   const __m512 xs = _mm512_set1_ps(x_scale);
   for (int64_t n = 0; n < N; n += 16) {
     const __mmask16 mask = lanes(n, N);
-    __m512 v = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mask, acc + n));
+    __m512 v = load_acc(acc + n, mask);
     v = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, w_scales + n)), xs);
     if (bias != nullptr) v = _mm512_add_ps(v, load16(bias + n, mask));
     if (float_output) {
@@ -118,9 +129,20 @@ void dequant_row(const int32_t* acc, int64_t N, float x_scale, const float* w_sc
   }
 }
 
+template <typename A>
+void dequant_acc_row(const A* acc, int64_t N, float x_scale, const float* w_scales, const void* bias, bool bias_bf16,
+                     void* y, bool float_output) {
+  if (bias_bf16) {
+    dequant_row(acc, N, x_scale, w_scales, static_cast<const c10::BFloat16*>(bias), y, float_output);
+  } else {
+    dequant_row(acc, N, x_scale, w_scales, static_cast<const float*>(bias), y, float_output);
+  }
+}
+
 at::Tensor dequant_rows(const at::Tensor& acc, const at::Tensor& x_scales, const at::Tensor& w_scales,
                         const std::optional<at::Tensor>& bias, bool float_output) {
-  TORCH_CHECK(acc.dim() == 2 && acc.scalar_type() == at::kInt, "dequant_rows: acc must be int32 [M, N]");
+  TORCH_CHECK(acc.dim() == 2 && (acc.scalar_type() == at::kInt || acc.scalar_type() == at::kFloat),
+              "dequant_rows: acc must be int32 or fp32 [M, N]");
   const int64_t M = acc.size(0), N = acc.size(1);
   TORCH_CHECK(x_scales.dim() == 1 && x_scales.size(0) == M && x_scales.scalar_type() == at::kFloat,
               "dequant_rows: x_scales must be fp32 [M]");
@@ -137,7 +159,8 @@ at::Tensor dequant_rows(const at::Tensor& acc, const at::Tensor& x_scales, const
   const auto ws = w_scales.contiguous();
   const auto bc = has_bias ? bias->contiguous() : at::Tensor();
   auto y = at::empty({M, N}, ac.options().dtype(float_output ? at::kFloat : at::kBFloat16));
-  const int32_t* ap = ac.data_ptr<int32_t>();
+  const bool acc_float = ac.scalar_type() == at::kFloat;
+  const void* ap = ac.data_ptr();
   const float* xsp = xs.data_ptr<float>();
   const float* wsp = ws.data_ptr<float>();
   const size_t out_size = float_output ? sizeof(float) : sizeof(c10::BFloat16);
@@ -147,10 +170,10 @@ at::Tensor dequant_rows(const at::Tensor& acc, const at::Tensor& x_scales, const
   at::parallel_for(0, M, grain_rows(N), [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       void* row = yp + m * N * out_size;
-      if (bias_bf16) {
-        dequant_row(ap + m * N, N, xsp[m], wsp, static_cast<const c10::BFloat16*>(bp), row, float_output);
+      if (acc_float) {
+        dequant_acc_row(static_cast<const float*>(ap) + m * N, N, xsp[m], wsp, bp, bias_bf16, row, float_output);
       } else {
-        dequant_row(ap + m * N, N, xsp[m], wsp, static_cast<const float*>(bp), row, float_output);
+        dequant_acc_row(static_cast<const int32_t*>(ap) + m * N, N, xsp[m], wsp, bp, bias_bf16, row, float_output);
       }
     }
   });
@@ -161,7 +184,7 @@ at::Tensor dequant_rows(const at::Tensor& acc, const at::Tensor& x_scales, const
 
 // FRAGMENT: the blink namespace is shared with the other kernel libraries.
 TORCH_LIBRARY_FRAGMENT(blink, m) {
-  m.def("quantize_rows(Tensor x, Tensor? col_scale=None) -> (Tensor, Tensor)");
+  m.def("quantize_rows(Tensor x, Tensor? col_scale=None, bool offset=False) -> (Tensor, Tensor)");
   m.def("dequant_rows(Tensor acc, Tensor x_scales, Tensor w_scales, Tensor? bias, bool float_output) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(blink, CPU, m) {

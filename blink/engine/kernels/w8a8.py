@@ -9,12 +9,22 @@ and K, N multiples of 8), so every many-row call can take this path.
 
 Anything missing (no AVX-512, no compiler, a failed build, ``w8a8_kernel: false``) means
 the caller keeps the weight-only int8 path: engine start never fails for want of a compiler.
+
+A second GEMM serves the same linears where the CPU class asks for it (w8a8_gemm_dispatch.py):
+oneDNN's int8 matmul primitive through torch's x86 quantization ops (``onednn.qlinear_*``).
+``_int_mm`` reaches oneDNN's gemm API, which has no AMX kernel; the matmul primitive runs on the
+AMX tiles where the CPU has them (and on VNNI elsewhere, a little slower than ``_int_mm``:
+benchmarks/int8_gemm_routes.py). That primitive is fast only for unsigned activations (signed
+ones fall to oneDNN's reference kernel, ~1000x slower), so the codes go in as ``q + 128`` with
+zero point 128, and unit scales make its fp32 output ``float(int32 sum)``: the dequantization
+after it is ``dequant_rows``'s, so both GEMMs give the same bits.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -35,8 +45,11 @@ def _build() -> bool:
         return False
 
     @torch.library.register_fake("blink::quantize_rows")
-    def _fake_quantize(x: torch.Tensor, col_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        return x.new_empty(x.shape, dtype=torch.int8), x.new_empty((x.shape[0],), dtype=torch.float32)
+    def _fake_quantize(
+        x: torch.Tensor, col_scale: torch.Tensor | None = None, offset: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        codes = torch.uint8 if offset else torch.int8
+        return x.new_empty(x.shape, dtype=codes), x.new_empty((x.shape[0],), dtype=torch.float32)
 
     @torch.library.register_fake("blink::dequant_rows")
     def _fake_dequant(
@@ -91,4 +104,67 @@ def w8a8_linear(
     quantized: SmoothQuant's ``1 / s`` where the weight was smoothed (layers/smoothing.py)."""
     xq, x_scales = torch.ops.blink.quantize_rows(x, col_scale)
     acc = torch._int_mm(xq, qweight_kn)
+    return torch.ops.blink.dequant_rows(acc, x_scales, w_scales, bias, float_output)
+
+
+@dataclass(frozen=True)
+class OnednnInt8Weight:
+    """An int8 ``[N, K]`` weight packed for oneDNN's int8 matmul, with the unit scales and zero
+    points ``qlinear_pointwise`` takes (made once: they are per output channel)."""
+
+    packed: torch.Tensor
+    unit_scales: torch.Tensor
+    zero_points: torch.Tensor
+
+
+# oneDNN subtracts this zero point from the uint8 codes quantize_rows(offset=True) writes.
+_CODE_OFFSET = 128
+
+
+def pack_onednn_weight(qweight: torch.Tensor) -> OnednnInt8Weight:
+    """``qweight`` (int8 ``[N, K]``) packed for :func:`w8a8_linear_onednn` (a copy: N x K bytes)."""
+    n = int(qweight.shape[0])
+    packed = torch.ops.onednn.qlinear_prepack(qweight.contiguous(), None)
+    return OnednnInt8Weight(packed, torch.ones(n), torch.zeros(n, dtype=torch.long))
+
+
+def _onednn_int32_sums(xq: torch.Tensor, weight: OnednnInt8Weight) -> torch.Tensor:
+    """fp32 ``float(xq @ W^T)`` of uint8 codes ``xq`` (int8 codes + 128) through oneDNN."""
+    return torch.ops.onednn.qlinear_pointwise(
+        xq, 1.0, _CODE_OFFSET, weight.packed, weight.unit_scales, weight.zero_points, None, 1.0, 0,
+        torch.float32, "none", [], "")
+
+
+@functools.cache
+def onednn_w8a8_available() -> bool:
+    """Whether oneDNN's int8 matmul can serve W8A8 here: the W8A8 kernels are built, this torch
+    has the ops, and they return exact sums on a shape like ours (odd rows, odd N, K padded)."""
+    if not w8a8_available():
+        return False
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(-127, 128, (17, 48), dtype=torch.int8, generator=gen)
+    w = torch.randint(-127, 128, (5, 48), dtype=torch.int8, generator=gen)
+    try:
+        got = _onednn_int32_sums(torch.bitwise_xor(x.view(torch.uint8), _CODE_OFFSET), pack_onednn_weight(w))
+    except (AttributeError, RuntimeError) as exc:
+        log.warning("oneDNN's int8 matmul cannot serve int8-w8a8 here (%s); W8A8 stays on torch._int_mm", exc)
+        return False
+    ok = bool(torch.equal(got, torch._int_mm(x, w.t()).float()))
+    if not ok:
+        log.warning("oneDNN's int8 matmul returned wrong sums; W8A8 stays on torch._int_mm")
+    return ok
+
+
+def w8a8_linear_onednn(
+    x: torch.Tensor,
+    weight: OnednnInt8Weight,
+    w_scales: torch.Tensor,
+    bias: torch.Tensor | None,
+    float_output: bool,
+    col_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`w8a8_linear` with the GEMM on oneDNN's int8 matmul primitive: the same result, bit
+    for bit (the int32 sums are exact on both; the fp32 conversion and dequantization are one)."""
+    xq, x_scales = torch.ops.blink.quantize_rows(x, col_scale, True)
+    acc = _onednn_int32_sums(xq, weight)
     return torch.ops.blink.dequant_rows(acc, x_scales, w_scales, bias, float_output)

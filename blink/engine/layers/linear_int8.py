@@ -9,7 +9,8 @@ kernel ``blink::int8_gemv`` (kernels/int8_gemv.py) replaces it where it builds: 
 fp32 summation order, faster at streaming the weights; at 4-64 rows it runs bf16 dot products
 (vdpbf16ps) on the widened int8 weights, ahead of aten's int8 kernel at every row count.
 Mode ``int8-w8a8`` also quantizes the activations of many-row (prefill) calls, one scale per row,
-and runs oneDNN's int8 GEMM (VNNI) on the same int8 weights: no dense copy (kernels/w8a8.py).
+and runs oneDNN's int8 GEMM (VNNI) on the same int8 weights: no dense copy (kernels/w8a8.py); on
+AMX-INT8 CPUs oneDNN's int8 matmul primitive instead, on a packed copy (w8a8_gemm_dispatch.py).
 Given calibrated activation ranges, a layer's W8A8 path is smoothed instead (layers/smoothing.py):
 its own int8 copy of the weight with SmoothQuant's per-input-channel factors folded in, the
 activations divided by them as they are quantized; the weight-only int8 path is left as it is.
@@ -25,7 +26,13 @@ from torch import nn
 from blink.engine.errors import EngineError
 from blink.engine.kernels.int8_gemv import MAX_ROWS as GEMV_MAX_ROWS
 from blink.engine.kernels.int8_gemv import int8_gemv_available
-from blink.engine.kernels.w8a8 import w8a8_available, w8a8_linear
+from blink.engine.kernels.w8a8 import (
+    OnednnInt8Weight,
+    pack_onednn_weight,
+    w8a8_available,
+    w8a8_linear,
+    w8a8_linear_onednn,
+)
 from blink.engine.layers.linear_fp8 import quantize_model_fp8
 from blink.engine.layers.packed_linear import packed_copy, packed_linear
 from blink.engine.layers.smoothing import DEFAULT_ALPHA, smoothing_factors
@@ -119,6 +126,10 @@ class Int8Linear(nn.Module):
                 sq = torch.nn.functional.pad(sq, (0, self._pad))
             self.w8a8_weight, self.w_scales = sq.t(), sscales
             self.x_col_scale = torch.nn.functional.pad(smooth.reciprocal(), (0, self._pad), value=1.0)
+        # Set by ``use_onednn_gemm`` where the CPU class runs W8A8 on oneDNN's int8 matmul
+        # (w8a8_gemm_dispatch.py): the W8A8 weight packed for it, in place of ``w8a8_weight``.
+        # A layer runs W8A8 when it has ``w_scales``: on this weight if set, else on _int_mm's.
+        self.w8a8_onednn: OnednnInt8Weight | None = None
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         # oneDNN-packed copy of ``dense`` (packed_linear.py), set by ``prepack``.
         self.packed_dense: torch.Tensor | None = None
@@ -129,12 +140,23 @@ class Int8Linear(nn.Module):
     @property
     def has_gemm_weight(self) -> bool:
         """Whether many-row calls have a oneDNN GEMM to go to (the dense or the W8A8 weight)."""
-        return self.dense is not None or self.w8a8_weight is not None
+        return self.dense is not None or self.w_scales is not None
 
     def prepack(self) -> bool:
         """Pack the kept dense weight for the many-row calls; False without one (or off bf16 CPU)."""
         self.packed_dense = None if self.dense is None else packed_copy(self.dense)
         return self.packed_dense is not None
+
+    def use_onednn_gemm(self) -> bool:
+        """Run the W8A8 GEMM on oneDNN's int8 matmul (the caller checked
+        kernels/w8a8.onednn_w8a8_available); False, and nothing changes, without a W8A8 weight."""
+        if self.w8a8_weight is None:
+            return False
+        self.w8a8_onednn = pack_onednn_weight(self.w8a8_weight.t())
+        # _int_mm's operand is no longer read: dropping it frees the smoothed copy (an unsmoothed
+        # one is a view of ``qweight``, which the few-row calls keep using).
+        self.w8a8_weight = None
+        return True
 
     def _dense_min_rows(self) -> int:
         """Fewest rows served by the kept dense weight: past our kernel's crossover against the
@@ -151,10 +173,10 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         rows = x.numel() // self.in_features
-        w8a8_weight, w_scales = self.w8a8_weight, self.w_scales
-        if w8a8_weight is not None and w_scales is not None and rows >= self._gemm_rows(GEMV_DENSE_MAX_ROWS + 1):
+        w_scales = self.w_scales
+        if w_scales is not None and rows >= self._gemm_rows(GEMV_DENSE_MAX_ROWS + 1):
             if not torch.compiler.is_compiling():
-                return self._w8a8_forward(x, w8a8_weight, w_scales).reshape(*lead, self.out_features)
+                return self._w8a8_forward(x, w_scales).reshape(*lead, self.out_features)
         if self.dense is not None and rows >= self._dense_min_rows():
             if not torch.compiler.is_compiling() and self.packed_dense is not None:
                 y = packed_linear(x, self.packed_dense, self.bias)
@@ -180,7 +202,7 @@ class Int8Linear(nn.Module):
             y = y + self.bias.to(y.dtype)
         return y.reshape(*lead, self.out_features)
 
-    def _w8a8_forward(self, x: torch.Tensor, weight: torch.Tensor, w_scales: torch.Tensor) -> torch.Tensor:
+    def _w8a8_forward(self, x: torch.Tensor, w_scales: torch.Tensor) -> torch.Tensor:
         """``[rows, out_features]`` through kernels/w8a8.py: bf16 activations quantize from bf16,
         any other dtype from fp32, and the output is fp32 unless it is bf16 that was asked for."""
         x2 = x.reshape(-1, self.in_features)
@@ -192,7 +214,13 @@ class Int8Linear(nn.Module):
         bias: torch.Tensor | None = self.bias
         if bias is not None and bias.dtype not in (torch.bfloat16, torch.float32):
             bias = bias.float()
-        y = w8a8_linear(x2, weight, w_scales, bias, fp32_out, self.x_col_scale)
+        onednn, weight = self.w8a8_onednn, self.w8a8_weight
+        if onednn is not None:
+            y = w8a8_linear_onednn(x2, onednn, w_scales, bias, fp32_out, self.x_col_scale)
+        elif weight is not None:
+            y = w8a8_linear(x2, weight, w_scales, bias, fp32_out, self.x_col_scale)
+        else:  # w_scales without either weight: a construction bug, not a request's fault
+            raise EngineError("W8A8 layer has scales but no weight")
         return y if self.float_output else y.to(x.dtype)
 
 
