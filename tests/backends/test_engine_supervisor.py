@@ -60,6 +60,19 @@ def _long_stream(url: str) -> httpx.Response:
     return httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30)  # type: ignore[return-value]
 
 
+def _signal_mid_stream(url: str, pid: int, sig: signal.Signals) -> list[dict[str, str]]:
+    """Start a long stream, send ``sig`` to the engine core after its first chunk, and return the
+    SSE error events the rest of the stream carried."""
+    with _long_stream(url) as r:
+        lines = r.iter_lines()
+        for line in lines:
+            if line.startswith("data: {"):
+                break
+        os.kill(pid, sig)
+        rest = [line for line in lines if line.startswith("data: ")]
+    return [json.loads(line[6:])["error"] for line in rest if line.startswith('data: {"error"')]
+
+
 def _gauge(url: str, name: str) -> float:
     for line in httpx.get(f"{url}/metrics").text.splitlines():
         if line.startswith(f'{name}{{model_name="{MODEL}"}}'):
@@ -71,15 +84,8 @@ def test_killed_engine_restarts_and_waiting_requests_succeed(served: tuple[str, 
     url, backend = served
     old_pid = backend.engine.pid
     assert old_pid is not None
-    with _long_stream(url) as r:
-        lines = r.iter_lines()
-        for line in lines:
-            if line.startswith("data: {"):
-                break
-        os.kill(old_pid, signal.SIGKILL)
-        rest = [line for line in lines if line.startswith("data: ")]
+    errors = _signal_mid_stream(url, old_pid, signal.SIGKILL)
     # The stream in flight ends with an SSE error event, the code callers retry on, no traceback.
-    errors = [json.loads(line[6:])["error"] for line in rest if line.startswith('data: {"error"')]
     assert len(errors) == 1
     assert errors[0]["code"] == "engine_unavailable"
     assert "Traceback" not in errors[0]["message"]
@@ -173,14 +179,7 @@ def test_a_hung_engine_is_killed_restarted_and_serves_again(tiny_qwen2: Path) ->
     with LiveServer(create_app(registry, settings.server)) as server:
         old_pid = backend.engine.pid
         assert old_pid is not None
-        with _long_stream(server.url) as r:
-            lines = r.iter_lines()
-            for line in lines:
-                if line.startswith("data: {"):
-                    break
-            os.kill(old_pid, signal.SIGSTOP)
-            rest = [line for line in lines if line.startswith("data: ")]
-        errors = [json.loads(line[6:])["error"] for line in rest if line.startswith('data: {"error"')]
+        errors = _signal_mid_stream(server.url, old_pid, signal.SIGSTOP)
         assert [e["code"] for e in errors] == ["engine_unavailable"]
         res = _client(server.url).chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=3, temperature=0,
