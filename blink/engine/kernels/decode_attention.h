@@ -206,25 +206,24 @@ inline float exp_chunk(float* s, int64_t n, float* max) {
   return _mm512_reduce_add_ps(sum);
 }
 
-// acc[g * dim + (i + c) * 16 ...] = sum over positions j in [j0, j1), in order, of w[g * kChunk +
-// j - j0] * V[j, h, vector i + c], for g < G and c < NI, in registers: accumulating all heads of
-// all vectors in memory (load, fma, store per position) made the value loop store-bound.
+// acc[g * dim + (i + c) * 16 ...] = sum over the chunk's positions j < n, in order, of
+// w[g * kChunk + j] * V[slots[j], h, vector i + c], for g < G and c < NI, in registers: accumulating
+// all heads of all vectors in memory (load, fma, store per position) made the value loop store-bound.
 template <int G, int NI, typename C>
-inline void accumulate_values(const C* v_cache, const PagedSeq& seq, int64_t h, int64_t dim, int64_t j0, int64_t j1,
-                              int64_t i, const float* w, const float* vs, float* acc) {
+inline void accumulate_values(const C* v_cache, const int64_t* slots, int64_t n, int64_t slot_stride, int64_t h,
+                              int64_t dim, int64_t i, const float* w, const float* vs, float* acc) {
   constexpr bool kScaled = std::is_same_v<C, int8_t>;
-  const int64_t kv_heads = seq.slot_stride / dim;
+  const int64_t kv_heads = slot_stride / dim;
   __m512 a[G][NI];
   for (int g = 0; g < G; ++g)
     for (int c = 0; c < NI; ++c) a[g][c] = _mm512_setzero_ps();
-  for (int64_t j = j0; j < j1; ++j) {
-    const int64_t slot = seq.slot_index(j);
-    const C* row = v_cache + slot * seq.slot_stride + h * dim + i * kLanes;
+  for (int64_t j = 0; j < n; ++j) {
+    const C* row = v_cache + slots[j] * slot_stride + h * dim + i * kLanes;
     __m512 v[NI];
     for (int c = 0; c < NI; ++c) v[c] = load16(row + c * kLanes);
     for (int g = 0; g < G; ++g) {
-      float p = w[g * kChunk + j - j0];
-      if constexpr (kScaled) p *= vs[slot * kv_heads + h];
+      float p = w[g * kChunk + j];
+      if constexpr (kScaled) p *= vs[slots[j] * kv_heads + h];
       const __m512 pv = _mm512_set1_ps(p);
       for (int c = 0; c < NI; ++c) a[g][c] = _mm512_fmadd_ps(pv, v[c], a[g][c]);
     }
@@ -234,13 +233,13 @@ inline void accumulate_values(const C* v_cache, const PagedSeq& seq, int64_t h, 
 }
 
 template <int NI, typename C>
-inline void accumulate_values_n(int64_t gn, const C* v_cache, const PagedSeq& seq, int64_t h, int64_t dim, int64_t j0,
-                                int64_t j1, int64_t i, const float* w, const float* vs, float* acc) {
+inline void accumulate_values_n(int64_t gn, const C* v_cache, const int64_t* slots, int64_t n, int64_t slot_stride,
+                                int64_t h, int64_t dim, int64_t i, const float* w, const float* vs, float* acc) {
   switch (gn) {
-    case 1: accumulate_values<1, NI>(v_cache, seq, h, dim, j0, j1, i, w, vs, acc); break;
-    case 2: accumulate_values<2, NI>(v_cache, seq, h, dim, j0, j1, i, w, vs, acc); break;
-    case 3: accumulate_values<3, NI>(v_cache, seq, h, dim, j0, j1, i, w, vs, acc); break;
-    default: accumulate_values<4, NI>(v_cache, seq, h, dim, j0, j1, i, w, vs, acc); break;
+    case 1: accumulate_values<1, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, vs, acc); break;
+    case 2: accumulate_values<2, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, vs, acc); break;
+    case 3: accumulate_values<3, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, vs, acc); break;
+    default: accumulate_values<4, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, vs, acc); break;
   }
 }
 
@@ -263,30 +262,49 @@ inline void attend_chunk(const Q* q, float scale, int64_t group, int64_t dim, co
     for (int64_t i = 0; i < group * vecs; ++i)
       _mm512_storeu_ps(qf + i * kLanes, _mm512_mul_ps(load16(q + i * kLanes), _mm512_set1_ps(scale)));
   }
+  // The chunk's cache slots, walked block by block (no division per position).
+  const int64_t n = j1 - j0;
+  int64_t slots[kChunk];
+  for (int64_t j = 0, block = j0 / seq.block_size, off = j0 % seq.block_size; j < n; ++j) {
+    slots[j] = seq.table[block] * seq.block_size + off;
+    if (++off == seq.block_size) off = 0, ++block;
+  }
   KeyTile<C> tile;
-  for (int64_t t = j0; t < j1; t += kTile) {
-    tile.n = static_cast<int>(std::min<int64_t>(kTile, j1 - t));
+  const int64_t row_bytes = dim * static_cast<int64_t>(sizeof(C));
+  for (int64_t t = 0; t < n; t += kTile) {
+    tile.n = static_cast<int>(std::min<int64_t>(kTile, n - t));
     for (int p = 0; p < kTile; ++p) {
-      const int64_t slot = seq.slot_index(p < tile.n ? t + p : t);
+      const int64_t slot = slots[p < tile.n ? t + p : t];
       tile.rows[p] = k_cache + slot * seq.slot_stride + h * dim;
       if constexpr (kScaled) tile.scale[p] = ks[slot * kv_heads + h];
     }
+    // Blocks sit anywhere in the pool, so the hardware prefetcher loses the stream at every block
+    // edge: ask for the next tile's keys (into L1) and this tile's values (into L2, read by the
+    // value pass after the chunk's scores) while this tile is scored.
+    for (int64_t p = 0; p < tile.n; ++p) {
+      const char* v = reinterpret_cast<const char*>(v_cache + slots[t + p] * seq.slot_stride + h * dim);
+      for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(v + b, _MM_HINT_T1);
+      if (t + kTile + p < n) {
+        const char* k = reinterpret_cast<const char*>(k_cache + slots[t + kTile + p] * seq.slot_stride + h * dim);
+        for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(k + b, _MM_HINT_T0);
+      }
+    }
     if constexpr (kBf16Pair) {
       if (dp) {
-        score_tile_bf16(q, group, dim, tile, scale, scores + (t - j0));
+        score_tile_bf16(q, group, dim, tile, scale, scores + t);
         continue;
       }
     }
-    score_tile_f32(qf, group, dim, tile, kt, scores + (t - j0));
+    score_tile_f32(qf, group, dim, tile, kt, scores + t);
   }
-  for (int64_t g = 0; g < group; ++g) part[group + g] = exp_chunk(scores + g * kChunk, j1 - j0, part + g);
+  for (int64_t g = 0; g < group; ++g) part[group + g] = exp_chunk(scores + g * kChunk, n, part + g);
   float* acc = part + 2 * group;
   const int64_t chunk = vecs % 4 == 0 ? 4 : 1;
   for (int64_t i = 0; i < vecs; i += chunk)
     for (int64_t g = 0; g < group; g += 4) {
       const int64_t gn = std::min<int64_t>(4, group - g);
-      if (chunk == 4) accumulate_values_n<4>(gn, v_cache, seq, h, dim, j0, j1, i, scores + g * kChunk, vs, acc + g * dim);
-      else accumulate_values_n<1>(gn, v_cache, seq, h, dim, j0, j1, i, scores + g * kChunk, vs, acc + g * dim);
+      if (chunk == 4) accumulate_values_n<4>(gn, v_cache, slots, n, seq.slot_stride, h, dim, i, scores + g * kChunk, vs, acc + g * dim);
+      else accumulate_values_n<1>(gn, v_cache, slots, n, seq.slot_stride, h, dim, i, scores + g * kChunk, vs, acc + g * dim);
     }
 }
 
