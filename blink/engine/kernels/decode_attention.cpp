@@ -34,6 +34,10 @@ namespace {
 namespace attn = blink::attn;
 using attn::kLanes;
 
+// About 10 us of work on one thread (~10 ns per position and KV head, SmolLM2 shape, bf16 cache:
+// benchmarks/decode_attention.py), about what one fork and join of the thread pool costs.
+constexpr int64_t kMinSplitWork = 1024;
+
 // T: q and the output; C: the cache (T, fp8 e4m3 or int8, widened on load). With int8, ks/vs are
 // the [slots, KV heads] fp32 row scales: q . (s k) = s (q . k), and p (s v) = (p s) v, so a scale
 // multiplies one score and one weight instead of every element.
@@ -69,7 +73,12 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
   const bool split = chunks > batch;
   std::vector<float> parts(split ? chunks * kv_heads * part_size : 0);
 
-  at::parallel_for(0, chunks * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  // Below kMinSplitWork (cached positions x KV heads in the call) one thread does it all: the
+  // threads' fork and join would cost about what they save.
+  int64_t work = 0;
+  for (int64_t b = 0; b < batch; ++b) work += lp[b] * kv_heads;
+  const int64_t grain = work < kMinSplitWork ? chunks * kv_heads : 1;
+  at::parallel_for(0, chunks * kv_heads, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(attn::chunk_scratch_floats(group, dim)), own(part_size);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t chunk = task / kv_heads, h = task % kv_heads, b = owner[chunk];
