@@ -12,7 +12,7 @@ The "before" kernel is the source at git revision ``--before`` (default: the com
 started from), built under another op namespace (``blink_before``) so both load in one process.
 
     python benchmarks/decode_attention.py [--threads 1,2] [--batches 1,4,16,64]
-        [--contexts 64,256,1024,2048] [--reps 5] [--before REV | --before none] [--quick]
+        [--contexts 64,256,1024,2048] [--reps 5] [--cache bf16|fp8|int8] [--before REV | --before none] [--quick]
 """
 
 from __future__ import annotations
@@ -28,8 +28,13 @@ import torch
 import torch.nn.functional as F
 
 from blink.engine.cpu_features import read_cpu_features
-from blink.engine.kernels.attention import decode_attention_cpu, decode_kernel_available
+from blink.engine.kernels.attention import (
+    decode_attention_cpu,
+    decode_attention_scaled_cpu,
+    decode_kernel_available,
+)
 from blink.engine.kernels.build import load_extension
+from blink.engine.kv_cache_dtype import FP8, to_int8
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = "blink/engine/kernels"
@@ -69,8 +74,9 @@ def best_of(call: Call, seconds: float) -> float:
     return best * 1e6
 
 
-def cell(shape: tuple[str, int, int, int], batch: int, ctx: int, before: bool) -> dict[str, Call]:
-    """The calls timed for one (shape, batch, context): ours, before (if built), SDPA."""
+def cell(shape: tuple[str, int, int, int], batch: int, ctx: int, before: bool, cache: str) -> dict[str, Call]:
+    """The calls timed for one (shape, batch, context): ours, before (if built), SDPA (on the
+    cache's values widened to bf16)."""
     _, heads, kvh, dim = shape
     g = torch.Generator().manual_seed(batch * 7919 + ctx)
     per_seq = (ctx + BLOCK - 1) // BLOCK
@@ -85,9 +91,17 @@ def cell(shape: tuple[str, int, int, int], batch: int, ctx: int, before: bool) -
     keys = k_cache.view(-1, kvh, dim)[slots].transpose(1, 2).contiguous()  # [B, KVH, ctx, D]
     values = v_cache.view(-1, kvh, dim)[slots].transpose(1, 2).contiguous()
     query = q.view(batch, kvh, heads // kvh, dim)
+    sdpa: Call = lambda: F.scaled_dot_product_attention(query, keys, values, scale=scale)  # noqa: E731
+    if cache == "int8":
+        (k8, ks), (v8, vs) = to_int8(k_cache.float()), to_int8(v_cache.float())
+        ours: Call = lambda: decode_attention_scaled_cpu(q, k8, v8, ks, vs, tables, lens, scale)  # noqa: E731
+        old = torch.ops.blink_before.decode_attention_scaled_cpu if before else None
+        return {"ours": ours, "sdpa": sdpa} | ({"before": lambda: old(q, k8, v8, ks, vs, tables, lens, scale)} if old else {})
+    if cache == "fp8":
+        k_cache, v_cache = k_cache.to(FP8), v_cache.to(FP8)
     calls: dict[str, Call] = {
         "ours": lambda: decode_attention_cpu(q, k_cache, v_cache, tables, lens, scale),
-        "sdpa": lambda: F.scaled_dot_product_attention(query, keys, values, scale=scale),
+        "sdpa": sdpa,
     }
     if before:
         calls["before"] = lambda: torch.ops.blink_before.decode_attention_cpu(q, k_cache, v_cache, tables, lens, scale)
@@ -101,6 +115,7 @@ def main() -> None:
     parser.add_argument("--contexts", default="64,256,1024,2048")
     parser.add_argument("--reps", type=int, default=5, help="alternating rounds per cell (median of their bests)")
     parser.add_argument("--seconds", type=float, default=0.05, help="time per call kind per round")
+    parser.add_argument("--cache", choices=("bf16", "fp8", "int8"), default="bf16", help="KV cache dtype")
     parser.add_argument("--before", default=DEFAULT_BEFORE, help="git revision of the old kernel, or 'none'")
     parser.add_argument("--quick", action="store_true", help="batch 1,16 x context 64,1024, 2 rounds: proves it runs")
     args = parser.parse_args()
@@ -110,7 +125,7 @@ def main() -> None:
         raise SystemExit("blink::decode_attention_cpu is unavailable here (needs AVX-512 and a compiler)")
     before = args.before != "none" and build_before(args.before)
     print(f"CPU: {read_cpu_features().describe()}")
-    print(f"torch {torch.__version__}; before = {args.before if before else 'not built'}; bf16 cache, block {BLOCK}")
+    print(f"torch {torch.__version__}; before = {args.before if before else 'not built'}; {args.cache} cache, block {BLOCK}")
     print("per-call us (median over rounds of each round's best); ratios > 1: ours faster")
     head = f"{'shape':<13} {'thr':>3} {'batch':>5} {'ctx':>5} {'ours':>9} {'before':>9} {'sdpa':>9} {'before/ours':>11} {'sdpa/ours':>9}"
     for shape in SHAPES:
@@ -119,7 +134,7 @@ def main() -> None:
             torch.set_num_threads(threads)
             for batch in (int(b) for b in args.batches.split(",")):
                 for ctx in (int(c) for c in args.contexts.split(",")):
-                    calls = cell(shape, batch, ctx, before)
+                    calls = cell(shape, batch, ctx, before, args.cache)
                     times: dict[str, list[float]] = {name: [] for name in calls}
                     for _ in range(args.reps):
                         for name, call in calls.items():

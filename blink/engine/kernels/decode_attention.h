@@ -11,11 +11,12 @@
 // thread (the eager kernel's split of a long context) gives the same bits as the fused step's
 // sequential loop over the same chunks.
 //
-// Scores: bf16 queries against a bf16 cache on AVX512-BF16 CPUs are vdpbf16ps dot products of the
-// unscaled bf16 query and key (each product exact in fp32, the sums in fp32), times the softmax
-// scale once per score; otherwise the query is widened and pre-scaled in fp32 and the keys widened
-// to fp32 (fp32 FMAs). The two differ by fp32 rounding only (and vdpbf16ps flushes bf16
-// subnormals, values below 1e-38 that a score cannot tell from 0).
+// Scores: bf16 queries on AVX512-BF16 CPUs are vdpbf16ps dot products of the unscaled bf16 query
+// and the key (a bf16 cache's as is; an fp8 or int8 key rewritten as bf16, which is exact), each
+// product exact in fp32 and the sums in fp32, times the softmax scale (and an int8 row's scale)
+// once per score; otherwise (fp32 queries, no AVX512-BF16) the query is widened and pre-scaled in
+// fp32 and the keys widened to fp32 (fp32 FMAs). The two differ by fp32 rounding only (and
+// vdpbf16ps flushes bf16 subnormals, values below 1e-38 that a score cannot tell from 0).
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -124,18 +125,21 @@ struct KeyTile {
 
 #define BLINK_ATTN_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
-// s[g * kChunk + p] = scale * (q_g . key_p) for p < tile.n: vdpbf16ps on the unscaled bf16 query
-// and keys (bf16 products are exact in fp32). dim % 16 == 0: a half vector is zero-extended.
+// s[g * kChunk + p] = scale * (q_g . key_p) (times row_scales[p] for an int8 cache, else
+// nullptr) for p < n: vdpbf16ps on the unscaled bf16 query and keys (bf16 products are exact in
+// fp32). dim % 16 == 0: a half vector is zero-extended.
 BLINK_ATTN_BF16 inline void score_tile_bf16(const c10::BFloat16* q, int64_t group, int64_t dim,
-                                            const KeyTile<c10::BFloat16>& tile, float scale, float* s) {
+                                            const c10::BFloat16* const* rows, int n, float scale,
+                                            const float* row_scales, float* s) {
   const int64_t whole = dim / 32;
   const bool half = dim % 32 != 0;
-  const __mmask16 keep = static_cast<__mmask16>((1u << tile.n) - 1);
+  const __mmask16 keep = static_cast<__mmask16>((1u << n) - 1);
+  const __m512 sv = row_scales ? _mm512_mul_ps(_mm512_loadu_ps(row_scales), _mm512_set1_ps(scale)) : _mm512_set1_ps(scale);
   for (int64_t g = 0; g < group; ++g) {
     const c10::BFloat16* qg = q + g * dim;
     __m512 p[kTile];
     for (int j = 0; j < kTile; ++j) {
-      const c10::BFloat16* k = tile.rows[j];
+      const c10::BFloat16* k = rows[j];
       __m512 a = _mm512_setzero_ps();
       for (int64_t v = 0; v < whole; ++v)
         a = _mm512_dpbf16_ps(a, (__m512bh)_mm512_loadu_si512(qg + v * 32), (__m512bh)_mm512_loadu_si512(k + v * 32));
@@ -146,8 +150,16 @@ BLINK_ATTN_BF16 inline void score_tile_bf16(const c10::BFloat16* q, int64_t grou
       }
       p[j] = a;
     }
-    _mm512_mask_storeu_ps(s + g * kChunk, keep, _mm512_mul_ps(sum16(p), _mm512_set1_ps(scale)));
+    _mm512_mask_storeu_ps(s + g * kChunk, keep, _mm512_mul_ps(sum16(p), sv));
   }
+}
+
+// 16 fp8 / int8 cache values as bf16, exactly: their fp32 widening has at most 8 significant bits
+// (e4m3: 4; int8: 7), so the low 16 bits of each fp32 word are 0.
+template <typename C>
+inline void store_bf16(const C* p, c10::BFloat16* out) {
+  const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(load16(p)), 16);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(bits));
 }
 
 // The same scores in fp32 FMAs: qf [group, dim] is the query already times the scale; keys are
@@ -286,12 +298,12 @@ inline void attend_chunk(const Q* q, float scale, int64_t group, int64_t dim, co
                          const PagedSeq& seq, int64_t h, int64_t j0, int64_t j1, float* scratch, float* part,
                          const float* ks = nullptr, const float* vs = nullptr) {
   constexpr bool kScaled = std::is_same_v<C, int8_t>;
-  constexpr bool kBf16Pair = std::is_same_v<Q, c10::BFloat16> && std::is_same_v<C, c10::BFloat16>;
+  constexpr bool kBf16Query = std::is_same_v<Q, c10::BFloat16>;
   const int64_t kv_heads = seq.slot_stride / dim, vecs = dim / kLanes;
   float* scores = scratch;
   float* qf = scratch + group * kChunk;
   float* kt = qf + group * dim;
-  const bool dp = kBf16Pair && cpu_has_bf16();
+  const bool dp = kBf16Query && cpu_has_bf16();
   if (!dp) {
     for (int64_t i = 0; i < group * vecs; ++i)
       _mm512_storeu_ps(qf + i * kLanes, _mm512_mul_ps(load16(q + i * kLanes), _mm512_set1_ps(scale)));
@@ -323,9 +335,22 @@ inline void attend_chunk(const Q* q, float scale, int64_t group, int64_t dim, co
         for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(k + b, _MM_HINT_T0);
       }
     }
-    if constexpr (kBf16Pair) {
+    if constexpr (kBf16Query) {
       if (dp) {
-        score_tile_bf16(q, group, dim, tile, scale, scores + t);
+        const float* row_scales = nullptr;
+        if constexpr (kScaled) row_scales = tile.scale;
+        if constexpr (std::is_same_v<C, c10::BFloat16>) {
+          score_tile_bf16(q, group, dim, tile.rows, tile.n, scale, row_scales, scores + t);
+        } else {
+          // fp8 / int8 keys rewritten as bf16 once for the group (exact), then the same dot products.
+          auto* kb = reinterpret_cast<c10::BFloat16*>(kt);
+          const c10::BFloat16* rows[kTile];
+          for (int p = 0; p < kTile; ++p) {
+            for (int64_t i = 0; i < vecs; ++i) store_bf16(tile.rows[p] + i * kLanes, kb + p * dim + i * kLanes);
+            rows[p] = kb + p * dim;
+          }
+          score_tile_bf16(q, group, dim, rows, tile.n, scale, row_scales, scores + t);
+        }
         continue;
       }
     }
