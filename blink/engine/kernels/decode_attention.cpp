@@ -22,6 +22,7 @@
 #include "decode_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -45,7 +46,7 @@ constexpr int64_t kMinSplitWork = 1024;
 // Tasks are (sequence, kChunk-position chunk, KV head), in that order, spread evenly over the
 // threads: a long context of a few sequences splits into chunks on every thread (flash-decoding),
 // and a short one still splits by KV head. A sequence of one chunk writes its output from the
-// task; longer ones leave per-chunk partials, merged in chunk order by a second pass.
+// task; longer ones leave per-chunk partials, merged in chunk order by whichever task ends last.
 template <typename T, typename C>
 void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                            const at::Tensor& block_tables, const at::Tensor& lens, double scale,
@@ -72,6 +73,13 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
     for (int64_t c = first[b]; c < first[b + 1]; ++c) owner.push_back(b);
   const bool split = chunks > batch;
   std::vector<float> parts(split ? chunks * kv_heads * part_size : 0);
+  // Chunk tasks of (sequence b, KV head h) still running; the task that finishes the last merges
+  // them (in chunk order, so who merges does not change the bits), in the same parallel region:
+  // a second region's fork and join cost more than the merge on a busy machine.
+  std::vector<std::atomic<int64_t>> remaining(split ? batch * kv_heads : 0);
+  if (split)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < kv_heads; ++h) remaining[b * kv_heads + h].store(first[b + 1] - first[b]);
 
   // Below kMinSplitWork (cached positions x KV heads in the call) one thread does it all: the
   // threads' fork and join would cost about what they save.
@@ -82,24 +90,19 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
     std::vector<float> scratch(attn::chunk_scratch_floats(group, dim)), own(part_size);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t chunk = task / kv_heads, h = task % kv_heads, b = owner[chunk];
-      const int64_t c = chunk - first[b], n = lp[b];
+      const int64_t c = chunk - first[b], n = lp[b], n_chunks = first[b + 1] - first[b];
       const attn::PagedSeq seq{tables + b * width, block_size, slot_stride, n};
       const int64_t q_off = (b * heads + h * group) * dim;
-      const bool alone = first[b + 1] - first[b] == 1;
-      float* part = alone ? own.data() : parts.data() + (chunk * kv_heads + h) * part_size;
+      // Partials of chunk c of head h at (first[b] + c) * kv_heads + h: kv_heads * part_size apart.
+      float* part = n_chunks == 1 ? own.data() : parts.data() + (chunk * kv_heads + h) * part_size;
       attn::attend_chunk<T, C>(qp + q_off, fscale, group, dim, kp, vp, seq, h, c * attn::kChunk,
                                std::min(n, (c + 1) * attn::kChunk), scratch.data(), part, ks, vs);
-      if (alone) attn::merge_chunks<T>(part, 1, part_size, group, dim, op + q_off);
-    }
-  });
-  if (!split) return;
-  // Partials of chunk c of head h at (first[b] + c) * kv_heads + h: kv_heads * part_size apart.
-  at::parallel_for(0, batch * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / kv_heads, h = task % kv_heads, n_chunks = first[b + 1] - first[b];
-      if (n_chunks == 1) continue;
-      attn::merge_chunks<T>(parts.data() + (first[b] * kv_heads + h) * part_size, n_chunks, kv_heads * part_size,
-                            group, dim, op + (b * heads + h * group) * dim);
+      if (n_chunks == 1) {
+        attn::merge_chunks<T>(part, 1, part_size, group, dim, op + q_off);
+      } else if (remaining[b * kv_heads + h].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        attn::merge_chunks<T>(parts.data() + (first[b] * kv_heads + h) * part_size, n_chunks, kv_heads * part_size,
+                              group, dim, op + q_off);
+      }
     }
   });
 }
