@@ -108,6 +108,38 @@ def cell(shape: tuple[str, int, int, int], batch: int, ctx: int, before: bool, c
     return calls
 
 
+def errors(shape: tuple[str, int, int, int], batch: int, ctx: int, before: bool) -> str:
+    """Max |out - float64 SDPA| of ours, before and aten's bf16 SDPA on one bf16-cache cell: the
+    numerics (vdpbf16ps scores, chunked softmax) next to the old kernel's and aten's."""
+    _, heads, kvh, dim = shape
+    g = torch.Generator().manual_seed(1)
+    per_seq = (ctx + BLOCK - 1) // BLOCK
+    k_cache = torch.randn(batch * per_seq, BLOCK, kvh, dim, generator=g).mul(2).bfloat16()
+    v_cache = torch.randn(batch * per_seq, BLOCK, kvh, dim, generator=g).bfloat16()
+    tables = torch.randperm(batch * per_seq, generator=g).view(batch, per_seq)
+    lens = torch.full((batch,), ctx, dtype=torch.long)
+    q = torch.randn(batch, heads, dim, generator=g).mul(2).bfloat16()
+    slots = (tables[:, :, None] * BLOCK + torch.arange(BLOCK)).reshape(batch, -1)[:, :ctx]
+    keys = k_cache.view(-1, kvh, dim)[slots].transpose(1, 2)
+    values = v_cache.view(-1, kvh, dim)[slots].transpose(1, 2)
+    query = q.view(batch, kvh, heads // kvh, dim)
+
+    def sdpa(dtype: torch.dtype) -> torch.Tensor:
+        out = F.scaled_dot_product_attention(query.to(dtype), keys.to(dtype), values.to(dtype), scale=dim**-0.5)
+        return out.reshape(batch, heads, dim).double()
+
+    ref = sdpa(torch.float64)
+    found = {"ours": decode_attention_cpu(q, k_cache, v_cache, tables, lens, dim**-0.5), "bf16 sdpa": sdpa(torch.bfloat16)}
+    if before:
+        found["before"] = torch.ops.blink_before.decode_attention_cpu(q, k_cache, v_cache, tables, lens, dim**-0.5)
+    # Before the output's bf16 rounding too: ours and before in fp32 (q, K, V the same bf16 values).
+    q32, k32, v32 = q.float(), k_cache.float(), v_cache.float()
+    found["ours fp32 q"] = decode_attention_cpu(q32, k32, v32, tables, lens, dim**-0.5)
+    if before:
+        found["before fp32 q"] = torch.ops.blink_before.decode_attention_cpu(q32, k32, v32, tables, lens, dim**-0.5)
+    return ", ".join(f"{name} {float((out.double() - ref).abs().max()):.2e}" for name, out in found.items())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", default="1,2")
@@ -128,6 +160,9 @@ def main() -> None:
     print(f"torch {torch.__version__}; before = {args.before if before else 'not built'}; {args.cache} cache, block {BLOCK}")
     print("per-call us (median over rounds of each round's best); ratios > 1: ours faster")
     head = f"{'shape':<13} {'thr':>3} {'batch':>5} {'ctx':>5} {'ours':>9} {'before':>9} {'sdpa':>9} {'before/ours':>11} {'sdpa/ours':>9}"
+    for shape in SHAPES:
+        batch, ctx = int(args.batches.split(",")[-1]), int(args.contexts.split(",")[-1])
+        print(f"{shape[0]} max |out - float64| at batch {batch} x {ctx} (bf16 cache): {errors(shape, batch, ctx, before)}")
     for shape in SHAPES:
         print(head)
         for threads in (int(t) for t in args.threads.split(",")):
