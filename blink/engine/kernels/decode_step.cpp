@@ -47,9 +47,9 @@ namespace mm = blink::int8mm;
 constexpr int64_t kRowAlign = 16;
 // Cache-line alignment of the per-thread scratch (the kernel's vector loads).
 constexpr int64_t kAlign = 64;
-// Rows per thread from which attention runs one task per row (all KV heads: contiguous K/V reads,
-// as the eager kernel) rather than per (row, KV head): 2 leaves no thread idle for want of rows
-// while keeping batch 1 (and 2 rows on 2 threads) split across the threads by head.
+// Rows per thread from which attention runs one task per row (all KV heads, one after another: a
+// row's K/V blocks stay in cache across its heads) rather than per (row, KV head): 2 leaves no
+// thread idle for want of rows while keeping batch 1 (and 2 rows on 2 threads) split by head.
 constexpr int64_t kRowTasks = 2;
 
 inline float bf(float x) { return static_cast<float>(static_cast<bf16>(x)); }
@@ -128,7 +128,7 @@ inline void rope(bf16* x, const float* cos_sin, int64_t dim) {
 struct ThreadScratch {
   std::vector<uint8_t> mm;              // the matmul kernel's prepared activations
   std::vector<bf16> x, xn;              // this step's residual stream and its normed copy [M, hidden]
-  std::vector<float> attn, parts;      // attention: one chunk's scratch; every chunk's partials (one KV head)
+  std::vector<float> attn, parts;       // attention: one chunk's scratch, a KV head's chunk partials
   std::vector<bf16> q;                  // the row's normed / rotated query heads [H, D]
   std::vector<bf16> head;               // one key head's normed / rotated copy
   void* mm_ptr() {
@@ -425,8 +425,8 @@ class DecodeStep : public torch::CustomClassHolder {
       // 2. residual stored; rope, cache writes and attention per (row, KV head). When rows read
       // each other's K/V (a verification span: row p attends to the span's rows before it), all
       // writes finish before any attention reads; otherwise each task writes then reads its own.
-      // With at least kRowTasks rows per thread, attention runs one task per row (all its heads,
-      // contiguous K/V reads: attend_row); fewer rows split by (row, KV head) so every thread works.
+      // With at least kRowTasks rows per thread, attention runs one task per row (all its heads:
+      // attend_row); fewer rows split by (row, KV head) so every thread works.
       store_residual(st, s, t, threads);
       const bool by_row = M >= kRowTasks * threads;
       if (st.shared) {
