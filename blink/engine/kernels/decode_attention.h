@@ -221,11 +221,10 @@ inline float exp_chunk(float* s, int64_t n, float* max) {
 // acc[g * dim + (i + c) * 16 ...] = sum over the chunk's positions j < n, in order, of
 // w[g * kChunk + j] * V[slots[j], h, vector i + c], for g < G and c < NI, in registers: accumulating
 // all heads of all vectors in memory (load, fma, store per position) made the value loop store-bound.
+// An int8 cache's row scales are already in w (attend_chunk).
 template <int G, int NI, typename C>
 inline void accumulate_values(const C* v_cache, const int64_t* slots, int64_t n, int64_t slot_stride, int64_t h,
-                              int64_t dim, int64_t i, const float* w, const float* vs, float* acc) {
-  constexpr bool kScaled = std::is_same_v<C, int8_t>;
-  const int64_t kv_heads = slot_stride / dim;
+                              int64_t dim, int64_t i, const float* w, float* acc) {
   __m512 a[G][NI];
   for (int g = 0; g < G; ++g)
     for (int c = 0; c < NI; ++c) a[g][c] = _mm512_setzero_ps();
@@ -234,9 +233,7 @@ inline void accumulate_values(const C* v_cache, const int64_t* slots, int64_t n,
     __m512 v[NI];
     for (int c = 0; c < NI; ++c) v[c] = load16(row + c * kLanes);
     for (int g = 0; g < G; ++g) {
-      float p = w[g * kChunk + j];
-      if constexpr (kScaled) p *= vs[slots[j] * kv_heads + h];
-      const __m512 pv = _mm512_set1_ps(p);
+      const __m512 pv = _mm512_set1_ps(w[g * kChunk + j]);
       for (int c = 0; c < NI; ++c) a[g][c] = _mm512_fmadd_ps(pv, v[c], a[g][c]);
     }
   }
@@ -246,12 +243,12 @@ inline void accumulate_values(const C* v_cache, const int64_t* slots, int64_t n,
 
 template <int NI, typename C>
 inline void accumulate_values_n(int64_t gn, const C* v_cache, const int64_t* slots, int64_t n, int64_t slot_stride,
-                                int64_t h, int64_t dim, int64_t i, const float* w, const float* vs, float* acc) {
+                                int64_t h, int64_t dim, int64_t i, const float* w, float* acc) {
   switch (gn) {
-    case 1: accumulate_values<1, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, vs, acc); break;
-    case 2: accumulate_values<2, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, vs, acc); break;
-    case 3: accumulate_values<3, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, vs, acc); break;
-    default: accumulate_values<4, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, vs, acc); break;
+    case 1: accumulate_values<1, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, acc); break;
+    case 2: accumulate_values<2, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, acc); break;
+    case 3: accumulate_values<3, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, acc); break;
+    default: accumulate_values<4, NI>(v_cache, slots, n, slot_stride, h, dim, i, w, acc); break;
   }
 }
 
@@ -357,6 +354,14 @@ inline void attend_chunk(const Q* q, float scale, int64_t group, int64_t dim, co
     score_tile_f32(qf, group, dim, tile, kt, scores + t);
   }
   for (int64_t g = 0; g < group; ++g) part[group + g] = exp_chunk(scores + g * kChunk, n, part + g);
+  if constexpr (kScaled) {
+    // p (s v) = (p s) v: each weight times its row's value scale once, for the whole group, before
+    // the value pass (the sums above stay the softmax's).
+    float row_scale[kChunk];
+    for (int64_t j = 0; j < n; ++j) row_scale[j] = vs[slots[j] * kv_heads + h];
+    for (int64_t g = 0; g < group; ++g)
+      for (int64_t j = 0; j < n; ++j) scores[g * kChunk + j] *= row_scale[j];
+  }
   float* acc = part + 2 * group;
   const int64_t chunk = vecs % 4 == 0 ? 4 : 1;
   for (int64_t i = 0; i < vecs; i += chunk)
@@ -375,8 +380,8 @@ inline void attend_chunk(const Q* q, float scale, int64_t group, int64_t dim, co
           continue;
         }
       }
-      if (chunk == 4) accumulate_values_n<4>(gn, v_cache, slots, n, seq.slot_stride, h, dim, i, scores + g * kChunk, vs, acc + g * dim);
-      else accumulate_values_n<1>(gn, v_cache, slots, n, seq.slot_stride, h, dim, i, scores + g * kChunk, vs, acc + g * dim);
+      if (chunk == 4) accumulate_values_n<4>(gn, v_cache, slots, n, seq.slot_stride, h, dim, i, scores + g * kChunk, acc + g * dim);
+      else accumulate_values_n<1>(gn, v_cache, slots, n, seq.slot_stride, h, dim, i, scores + g * kChunk, acc + g * dim);
     }
 }
 
