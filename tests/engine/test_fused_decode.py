@@ -93,6 +93,26 @@ def test_logits_and_kv_writes_match_eager(arch: str, request: pytest.FixtureRequ
 
 
 @needs_avx512
+@pytest.mark.usefixtures("same_matmul")
+def test_long_contexts_match_eager(tiny_llama: Path) -> None:
+    """Contexts past decode_attention.h's 256-position chunk: the fused step runs a head's chunks
+    one after another and merges them, the eager kernel may spread them over tasks; the logits
+    agree bit for bit (alone and in a batch of two)."""
+    fused, eager = _runner(tiny_llama, True), _runner(tiny_llama, False)
+    g = torch.Generator().manual_seed(7)
+    seqs = [torch.randint(0, 500, (n,), generator=g).tolist() for n in (300, 500)]
+    tables = [list(range(i * 32, (i + 1) * 32)) for i in range(len(seqs))]
+    for r in (fused, eager):
+        r.execute_spans([RunSpan(str(i), s, 0, tables[i]) for i, s in enumerate(seqs)])
+    for rows in (1, 2, 2):
+        spans = [RunSpan(str(i), [seqs[i][-1]], len(seqs[i]), tables[i]) for i in range(rows)]
+        ours, ref = fused.execute_spans(spans), eager.execute_spans(spans)
+        assert torch.equal(ours, ref)
+        for i in range(rows):
+            seqs[i].append(int(ref[i].argmax()))
+
+
+@needs_avx512
 def test_two_threads_match_one(tiny_qwen2: Path) -> None:
     """The step's rows and attention tasks split across 2 threads give the 1-thread result, also
     with a verification span whose rows read K/V that other threads' tasks write (the barrier

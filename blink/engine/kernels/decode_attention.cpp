@@ -4,9 +4,9 @@
 // aten's flash SDPA on [B, KVH, group, D] queries. At 16 streams (SmolLM2 shape, ~100 keys per
 // sequence) that was 417 us SDPA + 110 us gather per layer on 1 thread, ~21% of a step, for
 // ~2 MFLOP of work: the flash kernel's per-(sequence, head) blocking and fp32 scratch dominate
-// when each sequence has 3 query rows. Here each (sequence, KV head) task reads its keys and
-// values in place through the block table, computes the group's scores in fp32, a softmax and
-// the weighted sum of values, with no gather, no mask and no padding.
+// when each sequence has 3 query rows. Here each (sequence, chunk of positions, KV head) task
+// reads its keys and values in place through the block table, computes the group's scores in
+// fp32, a softmax and the weighted sum of values, with no gather, no mask and no padding.
 //
 // Semantics are SDPA's with an fp32 softmax: out[b, h] = softmax(scale * q[b, h] . K[b, kv(h)]^T)
 // V[b, kv(h)] over the first lens[b] cached positions, kv(h) = h / (H / KVH) (grouped-query
@@ -22,9 +22,9 @@
 #include "decode_attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <tuple>
 #include <type_traits>
@@ -32,22 +32,29 @@
 
 namespace {
 
-using blink::attn::exp_row;
-using blink::attn::kLanes;
-using blink::attn::load16;
+namespace attn = blink::attn;
+using attn::kLanes;
+
+// About 10 us of work on one thread (~10 ns per position and KV head, SmolLM2 shape, bf16 cache:
+// benchmarks/decode_attention.py), about what one fork and join of the thread pool costs.
+constexpr int64_t kMinSplitWork = 1024;
 
 // T: q and the output; C: the cache (T, fp8 e4m3 or int8, widened on load). With int8, ks/vs are
 // the [slots, KV heads] fp32 row scales: q . (s k) = s (q . k), and p (s v) = (p s) v, so a scale
 // multiplies one score and one weight instead of every element.
+//
+// Tasks are (sequence, kChunk-position chunk, KV head), in that order, spread evenly over the
+// threads: a long context of a few sequences splits into chunks on every thread (flash-decoding),
+// and a short one still splits by KV head. A sequence of one chunk writes its output from the
+// task; longer ones leave per-chunk partials, merged in chunk order by whichever task ends last.
 template <typename T, typename C>
 void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                            const at::Tensor& block_tables, const at::Tensor& lens, double scale,
                            at::Tensor& out, const float* ks = nullptr, const float* vs = nullptr) {
   const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2);
-  const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2);
+  const int64_t block_size = k_cache.size(1), kv_heads = k_cache.size(2), group = heads / kv_heads;
   const int64_t width = block_tables.size(1);
   const int64_t slot_stride = kv_heads * dim;  // elements between consecutive cache positions
-  const int64_t vecs = dim / kLanes;           // dim % 16 == 0 (checked by the caller)
   const T* qp = q.data_ptr<T>();
   const C* kp = k_cache.data_ptr<C>();
   const C* vp = v_cache.data_ptr<C>();
@@ -55,22 +62,47 @@ void decode_attention_impl(const at::Tensor& q, const at::Tensor& k_cache, const
   const int64_t* lp = lens.data_ptr<int64_t>();
   T* op = out.data_ptr<T>();
   const float fscale = static_cast<float>(scale);
+  const int64_t part_size = attn::partial_floats(group, dim);
 
-  // One task per sequence, all its KV heads together: each cached position's K (then V) row of
-  // all heads is one contiguous read, so a block streams once from memory (per-head tasks read
-  // 128 of every 384 bytes three times over and lost to gather + SDPA on a cold pool).
-  at::parallel_for(0, batch, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> qf(heads * dim), acc(heads * dim), scores, inv_sum(heads), krow(kv_heads * dim);
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t n = lp[b];
-      const int64_t* table = tables + b * width;
-      const int64_t q_off = b * heads * dim;
-      for (int64_t i = 0; i < heads * vecs; ++i)
-        _mm512_storeu_ps(qf.data() + i * kLanes, _mm512_mul_ps(load16(qp + q_off + i * kLanes), _mm512_set1_ps(fscale)));
-      scores.resize(heads * n);
-      const blink::attn::PagedSeq seq{table, block_size, slot_stride, n};
-      blink::attn::attend_seq<T, C>(qf.data(), heads, kv_heads, dim, kp, vp, seq, scores.data(), acc.data(),
-                                    krow.data(), inv_sum.data(), op + q_off, ks, vs);
+  // first[b]: sequence b's first chunk in the flat chunk list (and its partials' index).
+  std::vector<int64_t> first(batch + 1, 0), owner;
+  for (int64_t b = 0; b < batch; ++b) first[b + 1] = first[b] + attn::chunks_of(lp[b]);
+  const int64_t chunks = first[batch];
+  owner.reserve(chunks);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t c = first[b]; c < first[b + 1]; ++c) owner.push_back(b);
+  const bool split = chunks > batch;
+  std::vector<float> parts(split ? chunks * kv_heads * part_size : 0);
+  // Chunk tasks of (sequence b, KV head h) still running; the task that finishes the last merges
+  // them (in chunk order, so who merges does not change the bits), in the same parallel region:
+  // a second region's fork and join cost more than the merge on a busy machine.
+  std::vector<std::atomic<int64_t>> remaining(split ? batch * kv_heads : 0);
+  if (split)
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < kv_heads; ++h) remaining[b * kv_heads + h].store(first[b + 1] - first[b]);
+
+  // Below kMinSplitWork (cached positions x KV heads in the call) one thread does it all: the
+  // threads' fork and join would cost about what they save.
+  int64_t work = 0;
+  for (int64_t b = 0; b < batch; ++b) work += lp[b] * kv_heads;
+  const int64_t grain = work < kMinSplitWork ? chunks * kv_heads : 1;
+  at::parallel_for(0, chunks * kv_heads, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> scratch(attn::chunk_scratch_floats(group, dim)), own(part_size);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t chunk = task / kv_heads, h = task % kv_heads, b = owner[chunk];
+      const int64_t c = chunk - first[b], n = lp[b], n_chunks = first[b + 1] - first[b];
+      const attn::PagedSeq seq{tables + b * width, block_size, slot_stride, n};
+      const int64_t q_off = (b * heads + h * group) * dim;
+      // Partials of chunk c of head h at (first[b] + c) * kv_heads + h: kv_heads * part_size apart.
+      float* part = n_chunks == 1 ? own.data() : parts.data() + (chunk * kv_heads + h) * part_size;
+      attn::attend_chunk<T, C>(qp + q_off, fscale, group, dim, kp, vp, seq, h, c * attn::kChunk,
+                               std::min(n, (c + 1) * attn::kChunk), scratch.data(), part, ks, vs);
+      if (n_chunks == 1) {
+        attn::merge_chunks<T>(part, 1, part_size, group, dim, op + q_off);
+      } else if (remaining[b * kv_heads + h].fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        attn::merge_chunks<T>(parts.data() + (first[b] * kv_heads + h) * part_size, n_chunks, kv_heads * part_size,
+                              group, dim, op + q_off);
+      }
     }
   });
 }
@@ -85,8 +117,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> checked(const at::Tensor& q, cons
   TORCH_CHECK((q.scalar_type() == k_cache.scalar_type() || narrow) && v_cache.scalar_type() == k_cache.scalar_type(),
               "q and the caches must share a dtype (or the caches be float8_e4m3fn / int8)");
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat, "bf16 or fp32 only");
-  TORCH_CHECK(q.size(2) == k_cache.size(3) && q.size(1) % k_cache.size(2) == 0, "head shapes disagree");
-  TORCH_CHECK(q.size(2) % kLanes == 0, "head_dim must be a multiple of 16");
+  TORCH_CHECK(k_cache.size(2) >= 1 && q.size(2) == k_cache.size(3) && q.size(1) % k_cache.size(2) == 0,
+              "head shapes disagree");
+  TORCH_CHECK(q.size(2) % kLanes == 0 && q.size(2) <= attn::kMaxDim, "head_dim must be a multiple of 16, at most ",
+              attn::kMaxDim);
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && lens.scalar_type() == at::kLong,
               "block tables and lengths are int64");
   TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == q.size(0) && lens.numel() == q.size(0),

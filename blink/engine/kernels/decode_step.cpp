@@ -47,9 +47,9 @@ namespace mm = blink::int8mm;
 constexpr int64_t kRowAlign = 16;
 // Cache-line alignment of the per-thread scratch (the kernel's vector loads).
 constexpr int64_t kAlign = 64;
-// Rows per thread from which attention runs one task per row (all KV heads: contiguous K/V reads,
-// as the eager kernel) rather than per (row, KV head): 2 leaves no thread idle for want of rows
-// while keeping batch 1 (and 2 rows on 2 threads) split across the threads by head.
+// Rows per thread from which attention runs one task per row (all KV heads, one after another: a
+// row's K/V blocks stay in cache across its heads) rather than per (row, KV head): 2 leaves no
+// thread idle for want of rows while keeping batch 1 (and 2 rows on 2 threads) split by head.
 constexpr int64_t kRowTasks = 2;
 
 inline float bf(float x) { return static_cast<float>(static_cast<bf16>(x)); }
@@ -128,9 +128,9 @@ inline void rope(bf16* x, const float* cos_sin, int64_t dim) {
 struct ThreadScratch {
   std::vector<uint8_t> mm;              // the matmul kernel's prepared activations
   std::vector<bf16> x, xn;              // this step's residual stream and its normed copy [M, hidden]
-  std::vector<float> qf, scores, acc;   // attention: scaled queries, scores, fp32 sums (all heads)
-  std::vector<float> krow, inv_sum;     // attend_seq's widened keys [KVH * D] and 1 / softmax sums
-  std::vector<bf16> head;               // one head's normed / rotated copy
+  std::vector<float> attn, parts;       // attention: one chunk's scratch, a KV head's chunk partials
+  std::vector<bf16> q;                  // the row's normed / rotated query heads [H, D]
+  std::vector<bf16> head;               // one key head's normed / rotated copy
   void* mm_ptr() {
     auto p = reinterpret_cast<uintptr_t>(mm.data());
     return reinterpret_cast<void*>((p + kAlign - 1) / kAlign * kAlign);
@@ -157,8 +157,8 @@ class DecodeStep : public torch::CustomClassHolder {
     hidden_ = dims[0], inter_ = dims[1], heads_ = dims[2], kv_heads_ = dims[3], dim_ = dims[4];
     vocab_ = dims[5], qk_norm_ = dims[6] != 0;
     TORCH_CHECK(dim_ % attn::kLanes == 0 && dim_ <= attn::kMaxDim && heads_ % kv_heads_ == 0 &&
-                    heads_ / kv_heads_ <= 64,
-                "DecodeStep: head_dim % 16, head_dim <= ", attn::kMaxDim, ", GQA group <= 64");
+                    heads_ / kv_heads_ <= attn::kMaxGroup,
+                "DecodeStep: head_dim % 16, head_dim <= ", attn::kMaxDim, ", GQA group <= ", attn::kMaxGroup);
     TORCH_CHECK(globals.size() == 6, "DecodeStep: 6 global tensors");
     embed_ = bf16_tensor(globals[0], {vocab_, hidden_}, "embedding");
     final_norm_ = bf16_tensor(globals[1], {hidden_}, "final norm");
@@ -298,9 +298,10 @@ class DecodeStep : public torch::CustomClassHolder {
       const auto mm_bytes = static_cast<size_t>(mm::scratch_bytes(M, widest) + kAlign);
       if (s.mm.size() < mm_bytes) s.mm.resize(mm_bytes);
       if (static_cast<int64_t>(s.x.size()) < M * hidden_) s.x.resize(M * hidden_), s.xn.resize(M * hidden_);
-      if (static_cast<int64_t>(s.scores.size()) < heads_ * max_len) s.scores.resize(heads_ * max_len);
-      s.qf.resize(heads_ * dim_), s.acc.resize(heads_ * dim_), s.head.resize(dim_);
-      s.krow.resize(kv_heads_ * dim_), s.inv_sum.resize(heads_);
+      const int64_t group = heads_ / kv_heads_;
+      s.attn.resize(attn::chunk_scratch_floats(group, dim_)), s.q.resize(heads_ * dim_), s.head.resize(dim_);
+      const int64_t parts = attn::chunks_of(max_len) * attn::partial_floats(group, dim_);
+      if (static_cast<int64_t>(s.parts.size()) < parts) s.parts.resize(parts);
     }
   }
 
@@ -356,74 +357,55 @@ class DecodeStep : public torch::CustomClassHolder {
     store_row(row + q_size + kv_size + h * dim_, dim_, kind_, vc, scaled ? l.v_scale.data_ptr<float>() + scale_at : nullptr);
   }
 
-  // Second half: q norm and rope of the group's query heads, then their attention over the row's
-  // cached positions (its own K/V included).
-  void attend(const Step& st, const Layer& l, ThreadScratch& s, int64_t m, int64_t h) {
-    const int64_t q_size = heads_ * dim_, kv_size = kv_heads_ * dim_, group = heads_ / kv_heads_;
+  // Query head hq of row m normed (Qwen3) and rotated into s.q (bf16, as the eager path rounds it).
+  void rotate_query(const Step& st, const Layer& l, ThreadScratch& s, int64_t m, int64_t hq) const {
+    const int64_t q_size = heads_ * dim_, kv_size = kv_heads_ * dim_;
     const float* cs = cos_sin_.data_ptr<float>() + st.pos[m] * dim_;
     const bf16* row = qkv_.data() + m * (q_size + 2 * kv_size);
-    bf16* head = s.head.data();
-    for (int64_t g = 0; g < group; ++g) {
-      const int64_t hq = h * group + g;
-      if (qk_norm_) rms_norm(row + hq * dim_, l.q_norm.data_ptr<bf16>(), dim_, eps_, head);
-      else std::memcpy(head, row + hq * dim_, dim_ * sizeof(bf16));
-      rope(head, cs, dim_);
-      for (int64_t d = 0; d < dim_; ++d) s.qf[g * dim_ + d] = static_cast<float>(head[d]) * scale_;
-    }
+    bf16* head = s.q.data() + hq * dim_;
+    if (qk_norm_) rms_norm(row + hq * dim_, l.q_norm.data_ptr<bf16>(), dim_, eps_, head);
+    else std::memcpy(head, row + hq * dim_, dim_ * sizeof(bf16));
+    rope(head, cs, dim_);
+  }
+
+  // Attention of KV head h's query heads (already in s.q) over row m's cached positions (its own
+  // K/V included): decode_attention.h's per-head math, chunk by chunk, as the eager kernel does.
+  void attend_head(const Step& st, const Layer& l, ThreadScratch& s, int64_t m, int64_t h) {
+    const int64_t q_size = heads_ * dim_, kv_size = kv_heads_ * dim_, group = heads_ / kv_heads_;
     const attn::PagedSeq seq{st.tables + m * st.width, st.block_size, kv_size, st.lens[m]};
+    const bf16* q = s.q.data() + h * group * dim_;
     bf16* out = attn_.data() + m * q_size + h * group * dim_;
-    float* sc = s.scores.data();
-    float* acc = s.acc.data();
+    float *sc = s.attn.data(), *parts = s.parts.data();
     switch (kind_) {
       case CacheKind::kBf16:
-        attn::attend_kv_head<bf16, bf16>(s.qf.data(), group, dim_, l.k_cache.data_ptr<bf16>(),
-                                         l.v_cache.data_ptr<bf16>(), seq, h, sc, acc, out);
+        attn::attend_kv_head<bf16, bf16, bf16>(q, scale_, group, dim_, l.k_cache.data_ptr<bf16>(),
+                                               l.v_cache.data_ptr<bf16>(), seq, h, sc, parts, out);
         break;
       case CacheKind::kFp8:
-        attn::attend_kv_head<bf16, c10::Float8_e4m3fn>(s.qf.data(), group, dim_,
-                                                       l.k_cache.data_ptr<c10::Float8_e4m3fn>(),
-                                                       l.v_cache.data_ptr<c10::Float8_e4m3fn>(), seq, h, sc, acc, out);
+        attn::attend_kv_head<bf16, bf16, c10::Float8_e4m3fn>(q, scale_, group, dim_,
+                                                             l.k_cache.data_ptr<c10::Float8_e4m3fn>(),
+                                                             l.v_cache.data_ptr<c10::Float8_e4m3fn>(), seq, h, sc,
+                                                             parts, out);
         break;
       case CacheKind::kInt8:
-        attn::attend_kv_head<bf16, int8_t>(s.qf.data(), group, dim_, l.k_cache.data_ptr<int8_t>(),
-                                           l.v_cache.data_ptr<int8_t>(), seq, h, sc, acc, out,
-                                           l.k_scale.data_ptr<float>(), l.v_scale.data_ptr<float>());
+        attn::attend_kv_head<bf16, bf16, int8_t>(q, scale_, group, dim_, l.k_cache.data_ptr<int8_t>(),
+                                                 l.v_cache.data_ptr<int8_t>(), seq, h, sc, parts, out,
+                                                 l.k_scale.data_ptr<float>(), l.v_scale.data_ptr<float>());
         break;
     }
   }
 
-  // All KV heads of row m in one task (attend_seq, the eager kernel's per-sequence loop): each
-  // cached position's K/V row of every head is one contiguous read instead of one per head task.
+  // The group of KV head h of row m (the split by (row, KV head) at small batches).
+  void attend(const Step& st, const Layer& l, ThreadScratch& s, int64_t m, int64_t h) {
+    const int64_t group = heads_ / kv_heads_;
+    for (int64_t g = 0; g < group; ++g) rotate_query(st, l, s, m, h * group + g);
+    attend_head(st, l, s, m, h);
+  }
+
+  // All KV heads of row m in one task (at wide batches): the same per-head math as attend.
   void attend_row(const Step& st, const Layer& l, ThreadScratch& s, int64_t m) {
-    const int64_t q_size = heads_ * dim_, kv_size = kv_heads_ * dim_;
-    const float* cs = cos_sin_.data_ptr<float>() + st.pos[m] * dim_;
-    const bf16* row = qkv_.data() + m * (q_size + 2 * kv_size);
-    bf16* head = s.head.data();
-    for (int64_t hq = 0; hq < heads_; ++hq) {
-      if (qk_norm_) rms_norm(row + hq * dim_, l.q_norm.data_ptr<bf16>(), dim_, eps_, head);
-      else std::memcpy(head, row + hq * dim_, dim_ * sizeof(bf16));
-      rope(head, cs, dim_);
-      for (int64_t d = 0; d < dim_; ++d) s.qf[hq * dim_ + d] = static_cast<float>(head[d]) * scale_;
-    }
-    const attn::PagedSeq seq{st.tables + m * st.width, st.block_size, kv_size, st.lens[m]};
-    bf16* out = attn_.data() + m * q_size;
-    float *qf = s.qf.data(), *sc = s.scores.data(), *acc = s.acc.data(), *kr = s.krow.data(), *inv = s.inv_sum.data();
-    switch (kind_) {
-      case CacheKind::kBf16:
-        attn::attend_seq<bf16, bf16>(qf, heads_, kv_heads_, dim_, l.k_cache.data_ptr<bf16>(),
-                                     l.v_cache.data_ptr<bf16>(), seq, sc, acc, kr, inv, out);
-        break;
-      case CacheKind::kFp8:
-        attn::attend_seq<bf16, c10::Float8_e4m3fn>(qf, heads_, kv_heads_, dim_,
-                                                   l.k_cache.data_ptr<c10::Float8_e4m3fn>(),
-                                                   l.v_cache.data_ptr<c10::Float8_e4m3fn>(), seq, sc, acc, kr, inv, out);
-        break;
-      case CacheKind::kInt8:
-        attn::attend_seq<bf16, int8_t>(qf, heads_, kv_heads_, dim_, l.k_cache.data_ptr<int8_t>(),
-                                       l.v_cache.data_ptr<int8_t>(), seq, sc, acc, kr, inv, out,
-                                       l.k_scale.data_ptr<float>(), l.v_scale.data_ptr<float>());
-        break;
-    }
+    for (int64_t hq = 0; hq < heads_; ++hq) rotate_query(st, l, s, m, hq);
+    for (int64_t h = 0; h < kv_heads_; ++h) attend_head(st, l, s, m, h);
   }
 
   // Thread t's whole step; barriers separate the phases that read what another thread wrote.
@@ -443,8 +425,8 @@ class DecodeStep : public torch::CustomClassHolder {
       // 2. residual stored; rope, cache writes and attention per (row, KV head). When rows read
       // each other's K/V (a verification span: row p attends to the span's rows before it), all
       // writes finish before any attention reads; otherwise each task writes then reads its own.
-      // With at least kRowTasks rows per thread, attention runs one task per row (all its heads,
-      // contiguous K/V reads: attend_row); fewer rows split by (row, KV head) so every thread works.
+      // With at least kRowTasks rows per thread, attention runs one task per row (all its heads:
+      // attend_row); fewer rows split by (row, KV head) so every thread works.
       store_residual(st, s, t, threads);
       const bool by_row = M >= kRowTasks * threads;
       if (st.shared) {
