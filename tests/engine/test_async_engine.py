@@ -167,7 +167,8 @@ async def _hung_engine(tiny_llama: Path, timeout_s: float) -> AsyncEngine:
 
 async def test_a_core_that_stops_stepping_is_killed_and_its_requests_fail(tiny_llama: Path) -> None:
     """A stopped core (alive, silent) with work in hand: its requests end with EngineDeadError
-    instead of waiting forever, it is killed, and a restart serves again."""
+    instead of waiting forever and it is killed (the supervisor's restart after it is tested over
+    HTTP in tests/backends/test_engine_supervisor.py)."""
     eng = await _hung_engine(tiny_llama, timeout_s=1.0)
     try:
         old = eng.pid
@@ -185,21 +186,19 @@ async def test_a_core_that_stops_stepping_is_killed_and_its_requests_fail(tiny_l
             await asyncio.sleep(0.05)
         else:
             raise AssertionError("the hung core was not killed")
-        await eng.restart()
-        ids, _ = await _collect(eng, "after", eng.encode_prompt("x"), GREEDY)
-        assert len(ids) == GREEDY.max_tokens
+        assert not eng.is_alive()
     finally:
         await eng.shutdown()
 
 
 async def test_an_idle_core_and_a_slow_reader_are_not_taken_for_a_hang(tiny_llama: Path) -> None:
-    eng = await _hung_engine(tiny_llama, timeout_s=2.0)
+    eng = await _hung_engine(tiny_llama, timeout_s=1.0)
     try:
-        await asyncio.sleep(2.5)  # idle: no work in hand, silence is fine
+        await asyncio.sleep(1.5)  # idle: no work in hand, silence is fine
         assert eng.is_alive()
         gen = eng.generate("slow", eng.encode_prompt("x"), SamplingParams(max_tokens=5, ignore_eos=True))
         first = await gen.__anext__()
-        await asyncio.sleep(2.5)  # the core finishes; this reader takes its time
+        await asyncio.sleep(1.5)  # the core finishes; this reader takes its time
         rest = [out async for out in gen]
         assert len(first.new_token_ids) + sum(len(o.new_token_ids) for o in rest) == 5
         assert eng.is_alive()
