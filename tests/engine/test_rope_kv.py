@@ -72,6 +72,16 @@ def _eager(q, k, v, cos, sin, slots, pool):  # type: ignore[no-untyped-def]
     return q_rot, k_rot
 
 
+def _assert_kernel_equals_eager(q, k, v, cos, sin, slots, pool, eager_pool) -> None:  # type: ignore[no-untyped-def]
+    """The kernel's rotated q/k and the whole cache pool equal the eager path's, bit for bit
+    (written slots, and no other slot touched)."""
+    got = rope_write_kv(q, k, v, cos, sin, slots, pool[0], pool[1])
+    assert got is not None
+    for a, b in zip(got, _eager(q, k, v, cos, sin, slots, eager_pool), strict=True):
+        assert a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+    assert torch.equal(_bits(pool), _bits(eager_pool))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize(("tokens", "heads", "kv_heads", "dim", "start"),
                          [(1, 9, 3, 64, 0), (7, 9, 3, 64, 37), (33, 4, 2, 128, 500), (5, 2, 1, 80, 3)])
@@ -79,12 +89,7 @@ def test_bit_identical_to_apply_rotary_and_write_kv(
     dtype: torch.dtype, tokens: int, heads: int, kv_heads: int, dim: int, start: int
 ) -> None:
     _, (q, k, v), cos, sin, slots, pool, eager_pool = _case(tokens, heads, kv_heads, dim, dtype, start, seed=tokens)
-    got = rope_write_kv(q, k, v, cos, sin, slots, pool[0], pool[1])
-    assert got is not None
-    want = _eager(q, k, v, cos, sin, slots, eager_pool)
-    for a, b in zip(got, want, strict=True):
-        assert a.shape == b.shape and torch.equal(_bits(a), _bits(b))
-    assert torch.equal(_bits(pool), _bits(eager_pool))  # written slots, and no other slot touched
+    _assert_kernel_equals_eager(q, k, v, cos, sin, slots, pool, eager_pool)
 
 
 def test_split_across_threads() -> None:
@@ -94,34 +99,22 @@ def test_split_across_threads() -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        got = rope_write_kv(q, k, v, cos, sin, slots, pool[0], pool[1])
+        _assert_kernel_equals_eager(q, k, v, cos, sin, slots, pool, eager_pool)
     finally:
         torch.set_num_threads(threads)
-    assert got is not None
-    for a, b in zip(got, _eager(q, k, v, cos, sin, slots, eager_pool), strict=True):
-        assert torch.equal(_bits(a), _bits(b))
-    assert torch.equal(_bits(pool), _bits(eager_pool))
 
 
 @pytest.mark.parametrize("scaling", [YARN, LLAMA3], ids=["yarn", "llama3"])
 def test_scaled_tables(scaling: dict[str, object]) -> None:
     # The kernel reads whatever table the model looked up; yarn's also scales cos/sin (mscale).
     _, (q, k, v), cos, sin, slots, pool, eager_pool = _case(64, 4, 2, 64, torch.bfloat16, 700, 5, scaling)
-    got = rope_write_kv(q, k, v, cos, sin, slots, pool[0], pool[1])
-    assert got is not None
-    for a, b in zip(got, _eager(q, k, v, cos, sin, slots, eager_pool), strict=True):
-        assert torch.equal(_bits(a), _bits(b))
-    assert torch.equal(_bits(pool), _bits(eager_pool))
+    _assert_kernel_equals_eager(q, k, v, cos, sin, slots, pool, eager_pool)
 
 
 def test_separate_contiguous_q_and_k_as_after_qwen3_norms() -> None:
     _, (q, k, v), cos, sin, slots, pool, eager_pool = _case(10, 4, 2, 64, torch.bfloat16, 0, seed=3)
     q, k = q.contiguous(), k.contiguous()  # RMSNorm's outputs are fresh tensors
-    got = rope_write_kv(q, k, v, cos, sin, slots, pool[0], pool[1])
-    assert got is not None
-    for a, b in zip(got, _eager(q, k, v, cos, sin, slots, eager_pool), strict=True):
-        assert torch.equal(_bits(a), _bits(b))
-    assert torch.equal(_bits(pool), _bits(eager_pool))
+    _assert_kernel_equals_eager(q, k, v, cos, sin, slots, pool, eager_pool)
 
 
 def test_extreme_values_round_as_eager() -> None:
