@@ -25,6 +25,7 @@
 #include <immintrin.h>
 
 #include "simd_exp.h"
+#include "simd_reduce.h"
 
 #include <algorithm>
 #include <cmath>
@@ -87,22 +88,12 @@ inline __m512 load16(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-// Lane p of the result is the sum of a[p]'s 16 lanes: a shuffle-and-add tree (45 instructions,
-// against ~8 per vector for 16 separate horizontal adds). The tree sends a[i] to lane
-// 4 (i % 4) + i / 4, a transpose it undoes by reading its inputs transposed.
+// Lane p of the result is the sum of a[p]'s 16 lanes: simd_reduce.h's tree, which puts the sum of
+// a[r * 4 + m] in lane 4m + r, fed a[] transposed (its input i is a[4 (i % 4) + i / 4]).
 inline __m512 sum16(const __m512* a) {
-  auto at = [a](int i) { return a[4 * (i % 4) + i / 4]; };
-  __m512 c[8], d[4], e[2];
-  for (int i = 0; i < 8; ++i)
-    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(at(2 * i), at(2 * i + 1), 0x44),
-                         _mm512_shuffle_f32x4(at(2 * i), at(2 * i + 1), 0xEE));
-  for (int j = 0; j < 4; ++j)
-    d[j] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0x88),
-                         _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0xDD));
-  for (int t = 0; t < 2; ++t)
-    e[t] = _mm512_add_ps(_mm512_shuffle_ps(d[2 * t], d[2 * t + 1], 0x44),
-                         _mm512_shuffle_ps(d[2 * t], d[2 * t + 1], 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], 0x88), _mm512_shuffle_ps(e[0], e[1], 0xDD));
+  __m512 transposed[16];
+  for (int i = 0; i < 16; ++i) transposed[i] = a[4 * (i % 4) + i / 4];
+  return simd::reduce16(transposed);
 }
 
 // Where one sequence's cached positions live: position j of KV head h is at

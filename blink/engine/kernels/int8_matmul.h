@@ -30,6 +30,8 @@
 
 #include <immintrin.h>
 
+#include "simd_reduce.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -153,21 +155,7 @@ BLINK_INT8MM_BF16 inline __m512 widen16(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-// 16 accumulators a[r * 4 + m] -> one vector whose lane 4m + r is the sum of a[r * 4 + m]
-// (shuffle-and-add tree: 45 instructions instead of 16 full reductions).
-BLINK_INT8MM_BF16 inline __m512 reduce16(const __m512* a) {
-  __m512 c[8], d[4], e[2];
-  for (int i = 0; i < 8; ++i)
-    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
-                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
-  for (int j = 0; j < 4; ++j)
-    d[j] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0x88),
-                         _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0xDD));
-  for (int t = 0; t < 2; ++t)
-    e[t] = _mm512_add_ps(_mm512_shuffle_ps(d[2 * t], d[2 * t + 1], 0x44),
-                         _mm512_shuffle_ps(d[2 * t], d[2 * t + 1], 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], 0x88), _mm512_shuffle_ps(e[0], e[1], 0xDD));
-}
+using blink::simd::reduce16;  // simd_reduce.h
 
 // MB activation rows x RB weight rows over Kv bf16 vectors; writes y[m * ldy + n + r]. With WIDEN
 // the weights come from the int8 rows wq (row stride K) and are widened into wb on the way, so the
