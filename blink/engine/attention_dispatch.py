@@ -11,6 +11,7 @@ milliseconds once. The choice and both timings are logged.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,12 +44,14 @@ class RaceResult:
         return "kernel" if self.kernel_ms <= self.sdpa_ms else "sdpa"
 
 
+@functools.cache
 def race_prefill_attention(heads: int, kv_heads: int, head_dim: int, tokens: int = RACE_TOKENS,
                            reps: int = RACE_REPS) -> RaceResult:
     """Both paths on the same random bf16 chunk, alternated, best of ``reps`` each (a warm-up
     call first), on one thread in thread CPU time: both paths split their work over threads the
     same way, and CPU time on one thread is what a busy machine (another engine, a test run)
-    disturbs least; wall time with two threads flipped the winner under load."""
+    disturbs least; wall time with two threads flipped the winner under load. Run once per head
+    shape and process: a draft model of the target's shape reuses the target's result."""
     g = torch.Generator().manual_seed(0)
     q = torch.randn(tokens, heads, head_dim, generator=g).to(torch.bfloat16)
     k, v = (torch.randn(tokens, kv_heads, head_dim, generator=g).to(torch.bfloat16) for _ in range(2))
