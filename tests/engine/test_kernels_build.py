@@ -46,6 +46,18 @@ def test_each_checkout_and_source_version_builds_in_its_own_directory(tmp_path: 
     assert build.build_directory("k", [one], flags + ["-DX"]) != build.build_directory("k", [one], flags)
 
 
+def test_loading_a_library_leaves_every_build_directory_where_it_was(tmp_path: Path) -> None:
+    """The directory (its digest) must not depend on which libraries this process loaded before,
+    or a process that loads them in another order rebuilds what was prebuilt."""
+    src, other = tmp_path / "answer.cpp", tmp_path / "other.cpp"
+    src.write_text(_TRIVIAL)
+    other.write_text(_TRIVIAL.replace("42", "43"))
+    before = build.build_directory("k", [src], build.cflags())
+    for name in (f"blink_test_first_{os.getpid()}", f"blink_test_second_{os.getpid()}"):
+        assert build.load_extension(name, [other]) is True
+    assert build.build_directory("k", [src], build.cflags()) == before
+
+
 def test_a_source_that_does_not_compile_reports_false(tmp_path: Path) -> None:
     bad = tmp_path / "broken.cpp"
     bad.write_text("this is not C++;\n")

@@ -87,11 +87,14 @@ def load_extension(name: str, sources: list[Path], extra_cflags: list[str] | Non
             # torch would wait on it forever (engine start would hang).
             (directory / "lock").unlink(missing_ok=True)
             os.utime(directory / _FLOCK_NAME)  # marks the last use, which pruning reads
+            # Copies: torch appends its own -L/-l flags to the lists it is given, and the
+            # module-level _LDFLAGS growing with each load made every later digest depend on the
+            # order the libraries loaded in, so an engine rebuilt what the test run prebuilt.
             cpp_extension.load(
                 name=name,
                 sources=[str(s) for s in sources],
-                extra_cflags=flags,
-                extra_ldflags=_LDFLAGS,
+                extra_cflags=list(flags),
+                extra_ldflags=list(_LDFLAGS),
                 build_directory=str(directory),
                 is_python_module=False,
                 verbose=False,
