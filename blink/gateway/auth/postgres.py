@@ -31,6 +31,12 @@ ALTER TABLE blink_api_keys ADD COLUMN IF NOT EXISTS max_sequences integer NOT NU
 """
 
 
+# The first lookup opens the pool: a Postgres backend is forked, authenticated and runs the schema
+# DDL, which takes seconds on a loaded host. Only that first attempt gets this budget; a lookup on
+# an open pool keeps ``timeout_s``, so a database that goes away still fails fast.
+_COLD_START_S = 5.0
+
+
 class PostgresKeyStore:
     def __init__(self, dsn: str, cache_s: float = 10.0, timeout_s: float = 0.5, pool_size: int = 4) -> None:
         self.dsn = dsn
@@ -41,6 +47,7 @@ class PostgresKeyStore:
         self._open_lock = asyncio.Lock()
         self._seen: dict[str, tuple[float, ApiKey | None]] = {}  # key hash -> (when, record)
         self._schema_ready = False
+        self._tried_once = False  # the first (cold) lookup has been attempted
 
     # -- CLI side (synchronous) ----------------------------------------------------------------
 
@@ -92,7 +99,7 @@ class PostgresKeyStore:
         if seen is not None and now - seen[0] < self.cache_s:
             return seen[1]
         try:
-            key = await asyncio.wait_for(self._fetch(digest), self.timeout_s)
+            key = await self._bounded_fetch(digest)
         except Exception as exc:
             if seen is not None and seen[1] is not None:
                 return seen[1]  # database unreachable: a key verified before still works
@@ -107,12 +114,17 @@ class PostgresKeyStore:
 
     async def aby_id(self, key_id: str) -> ApiKey | None:
         try:
-            return await asyncio.wait_for(self._fetch(key_id, column="key_id"), self.timeout_s)
+            return await self._bounded_fetch(key_id, column="key_id")
         except Exception as exc:
             raise BackendUnavailableError(
                 "API keys cannot be checked right now (their database is unavailable); retry shortly.",
                 code="key_store_unavailable", headers={"retry-after": "1"},
             ) from exc
+
+    async def _bounded_fetch(self, value: str, column: str = "key_hash") -> ApiKey | None:
+        budget = self.timeout_s if self._tried_once else max(self.timeout_s, _COLD_START_S)
+        self._tried_once = True
+        return await asyncio.wait_for(self._fetch(value, column), budget)
 
     async def _fetch(self, value: str, column: str = "key_hash") -> ApiKey | None:
         if self._pool is None:
@@ -134,7 +146,7 @@ class PostgresKeyStore:
                 await conn.execute(_SCHEMA)
 
             pool = AsyncConnectionPool(self.dsn, min_size=1, max_size=self.pool_size, configure=configure,
-                                       open=False, timeout=self.timeout_s)
+                                       open=False, timeout=max(self.timeout_s, _COLD_START_S))
             await pool.open()
             self._pool = pool
 
