@@ -284,3 +284,14 @@ def test_prompt_logprobs_not_cached_and_raw_shape(served: str) -> None:
     first = httpx.post(f"{served}/v1/completions", json=body, timeout=30).json()
     again = httpx.post(f"{served}/v1/completions", json=body, timeout=30).json()
     assert json.dumps(first["choices"][0]["prompt_logprobs"]) == json.dumps(again["choices"][0]["prompt_logprobs"])
+
+
+def test_null_openai_nullable_fields_mean_absent(client: openai.OpenAI) -> None:
+    """OpenAI types ``n``, chat ``logprobs`` and completions ``echo`` as nullable; the SDK sends an explicit
+    ``None`` as null, and it must read as the default, not as a 400."""
+    msgs = [{"role": "user", "content": "hello"}]
+    chat = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=2, temperature=0, n=None,  # type: ignore[arg-type]
+                                          logprobs=None)
+    assert len(chat.choices) == 1 and chat.choices[0].logprobs is None
+    text = client.completions.create(model=MODEL, prompt="hi", max_tokens=2, temperature=0, n=None, echo=None)
+    assert len(text.choices) == 1 and not text.choices[0].text.startswith("hi")
