@@ -295,3 +295,14 @@ def test_null_openai_nullable_fields_mean_absent(client: openai.OpenAI) -> None:
     assert len(chat.choices) == 1 and chat.choices[0].logprobs is None
     text = client.completions.create(model=MODEL, prompt="hi", max_tokens=2, temperature=0, n=None, echo=None)
     assert len(text.choices) == 1 and not text.choices[0].text.startswith("hi")
+
+
+def test_stop_token_ids_outside_the_vocabulary_is_400(client: openai.OpenAI) -> None:
+    assert client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                          extra_body={"stop_token_ids": [511]}).choices  # the last id is fine
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                       extra_body={"stop_token_ids": [7, 513]})
+    body = err.value.body
+    assert isinstance(body, dict) and body["param"] == "stop_token_ids" and "513" in body["message"]
+    assert "512" in body["message"]
