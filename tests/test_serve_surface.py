@@ -306,3 +306,9 @@ def test_stop_token_ids_outside_the_vocabulary_is_400(client: openai.OpenAI) -> 
     body = err.value.body
     assert isinstance(body, dict) and body["param"] == "stop_token_ids" and "513" in body["message"]
     assert "512" in body["message"]
+
+
+def test_continuous_usage_stats_without_include_usage_sends_no_usage(client: openai.OpenAI) -> None:
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=3, temperature=0, stream=True,
+                                            stream_options={"include_usage": False, "continuous_usage_stats": True}))
+    assert chunks and all(c.usage is None for c in chunks)
