@@ -312,3 +312,22 @@ def test_continuous_usage_stats_without_include_usage_sends_no_usage(client: ope
     chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=3, temperature=0, stream=True,
                                             stream_options={"include_usage": False, "continuous_usage_stats": True}))
     assert chunks and all(c.usage is None for c in chunks)
+
+
+def test_context_length_errors_name_the_field_the_client_sent(client: openai.OpenAI) -> None:
+    """256-token context: a too-long prompt is named as the endpoint spells it (``prompt``, ``prompt[i]``,
+    ``messages``), and the budget as the client sent it (``max_completion_tokens``)."""
+    calls: list[tuple[Any, str]] = [
+        (lambda: client.completions.create(model=MODEL, prompt=list(range(1, 300)), max_tokens=1), "prompt"),
+        (lambda: client.completions.create(model=MODEL, prompt=[[1, 2], list(range(1, 300))], max_tokens=1),
+         "prompt[1]"),
+        (lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi " * 300}],
+                                                max_tokens=1), "messages"),
+        (lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                max_completion_tokens=250), "max_completion_tokens"),
+    ]
+    for call, param in calls:
+        with pytest.raises(openai.BadRequestError) as err:
+            call()
+        body = err.value.body
+        assert isinstance(body, dict) and body["code"] == "context_length_exceeded" and body["param"] == param
