@@ -331,3 +331,14 @@ def test_context_length_errors_name_the_field_the_client_sent(client: openai.Ope
             call()
         body = err.value.body
         assert isinstance(body, dict) and body["code"] == "context_length_exceeded" and body["param"] == param
+
+
+@pytest.mark.parametrize("echo", [False, True])
+def test_streamed_text_offsets_equal_the_whole_answers(client: openai.OpenAI, echo: bool) -> None:
+    """Random weights emit tokens that end inside a UTF-8 character (text held back): the streamed
+    ``text_offset`` must still match the non-streamed one, token for token."""
+    kw: dict[str, Any] = dict(model=MODEL, prompt="def f(x):\n", max_tokens=12, temperature=0, logprobs=0, echo=echo,
+                              stop=["\n\n"], extra_body={"ignore_eos": True})
+    whole = client.completions.create(**kw).choices[0].logprobs
+    streamed = [c.choices[0].logprobs for c in client.completions.create(stream=True, **kw) if c.choices]
+    assert whole is not None and whole.text_offset == [o for lp in streamed if lp for o in lp.text_offset or []]

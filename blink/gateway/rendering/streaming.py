@@ -115,7 +115,10 @@ class ChunkEncoder:
         self._started.add(d.index)
         logprobs = None
         if d.logprobs:
+            # Offsets advance by the tokens' strings, as in the whole answer (aggregate.py), not by the
+            # text sent: a token that ends inside a character, or one held back while it may begin a
+            # stop string, has no text of its own yet, and the two renderings would disagree.
             offset = self._offsets.get(d.index, 0)
             logprobs = completion_logprobs(d.logprobs, offset)
-            self._offsets[d.index] = offset + len(d.text)
+            self._offsets[d.index] = offset + sum(len(lp.token) for lp in d.logprobs)
         return {"index": d.index, "text": d.text, "logprobs": logprobs, "finish_reason": d.finish_reason}
