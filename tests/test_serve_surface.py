@@ -221,6 +221,20 @@ def test_return_token_ids_streamed(client: openai.OpenAI) -> None:
     assert chunks[0].choices[0].model_extra["prompt_token_ids"] == _ids(client, PROMPTS[0])  # type: ignore[index]
 
 
+def test_streamed_token_ids_include_tokens_without_text(client: openai.OpenAI) -> None:
+    """Random weights emit tokens that end inside a UTF-8 character: they have no text of their own
+    yet, and their ids must still reach the stream (chat and completions)."""
+    kw: dict[str, Any] = dict(model=MODEL, max_tokens=12, temperature=0,
+                              extra_body={"return_token_ids": True, "ignore_eos": True})
+    whole = client.completions.create(prompt="def f(x):\n", **kw).choices[0].model_extra["token_ids"]  # type: ignore[index]
+    chunks = client.completions.create(prompt="def f(x):\n", stream=True, **kw)
+    assert [t for c in chunks for ch in c.choices for t in ch.model_extra["token_ids"]] == whole  # type: ignore[index]
+    msgs = [{"role": "user", "content": "I love cats"}]
+    whole = client.chat.completions.create(messages=msgs, **kw).choices[0].model_extra["token_ids"]  # type: ignore[arg-type, index]
+    chunks = client.chat.completions.create(messages=msgs, stream=True, **kw)  # type: ignore[arg-type]
+    assert [t for c in chunks for ch in c.choices for t in ch.model_extra.get("token_ids") or []] == whole  # type: ignore[union-attr]
+
+
 def test_sixteen_stop_strings_and_include_stop_str(client: openai.OpenAI) -> None:
     full = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=12, temperature=0,
                                      extra_body={"ignore_eos": True}).choices[0].text

@@ -67,7 +67,10 @@ class ChunkEncoder:
         """The SSE event for ``d``, or None when it carries nothing to show (usage only)."""
         if self._continuous:
             self._count(d)
-        if not (d.text or d.finish_reason or d.logprobs or d.tool_calls or d.index not in self._started):
+        # A token may have no text yet (it ends inside a UTF-8 character, or may begin a stop string):
+        # its event is still sent when the client asked for token ids, or the ids would go missing.
+        shows_ids = self._token_ids and bool(d.token_ids)
+        if not (d.text or d.finish_reason or d.logprobs or d.tool_calls or shows_ids or d.index not in self._started):
             return None
         first = d.index not in self._started
         choice = self._chat_choice(d) if self._chat else self._completion_choice(d)
