@@ -356,3 +356,20 @@ def test_streamed_text_offsets_equal_the_whole_answers(client: openai.OpenAI, ec
     whole = client.completions.create(**kw).choices[0].logprobs
     streamed = [c.choices[0].logprobs for c in client.completions.create(stream=True, **kw) if c.choices]
     assert whole is not None and whole.text_offset == [o for lp in streamed if lp for o in lp.text_offset or []]
+
+
+def test_chat_logprob_bytes_rebuild_the_text(client: openai.OpenAI) -> None:
+    """OpenAI's ``bytes`` exist for tokens that end inside a UTF-8 character (their ``token`` is U+FFFD):
+    joined across the answer they must give back its text. The grammar makes the answer one whose
+    characters the tiny vocabulary spells byte by byte."""
+    answer = "h\u00e9llo \U0001f431"
+    res = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=12,
+                                         temperature=0, logprobs=True, top_logprobs=3,
+                                         extra_body={"structured_outputs": {"choice": [answer]}})
+    assert res.choices[0].message.content == answer
+    content = res.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and any(t.token == "\ufffd" for t in content)  # the case under test occurs
+    # The end-of-turn token that closes the grammar is in the logprobs (as vLLM), not in the content.
+    assert b"".join(bytes(t.bytes or []) for t in content).decode().removesuffix("<|im_end|>") == answer
+    for t in content:
+        assert all(bytes(top.bytes or []).decode(errors="replace") == top.token for top in t.top_logprobs)

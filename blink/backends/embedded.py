@@ -334,8 +334,16 @@ class EmbeddedBackend:
         for lp in out.logprobs or []:
             text = tok.decode([lp.token_id], skip_special_tokens=False) if tok else str(lp.token_id)
             top = [(tok.decode([t], skip_special_tokens=False) if tok else str(t), v) for t, v in (lp.top or [])]
-            result.append(TokenLogprob(token=text, logprob=lp.logprob, bytes=list(text.encode()), top=top))
+            result.append(TokenLogprob(token=text, logprob=lp.logprob, bytes=_token_bytes(tok, lp.token_id, text),
+                                       top=top, top_bytes=[_token_bytes(tok, t, top_text) for (t, _), (top_text, _)
+                                                           in zip(lp.top or [], top, strict=True)]))
         return result
+
+
+def _token_bytes(tok: Any, token_id: int, text: str) -> list[int]:
+    """A token's own bytes (partial UTF-8 included), else its text's UTF-8."""
+    raw = tok.token_bytes(token_id) if tok else None
+    return list(raw if raw is not None else text.encode())
 
 
 def _client_param(req: GenerationRequest, param: str | None, prompt_index: int) -> str | None:
