@@ -264,9 +264,10 @@ def test_output_neutral_fields_are_accepted(client: openai.OpenAI, served: str) 
 
 
 @pytest.mark.parametrize(("field", "value"), [("suffix", "end"), ("reasoning_effort", "low"), ("verbosity", "low"),
-                                              ("spaces_between_special_tokens", False), ("best_of", 3)])
+                                              ("spaces_between_special_tokens", False), ("best_of", 3),
+                                              ("web_search_options", {})])
 def test_output_changing_fields_the_engine_lacks_are_refused_by_name(served: str, field: str, value: Any) -> None:
-    chat = field in ("reasoning_effort", "verbosity")
+    chat = field in ("reasoning_effort", "verbosity", "web_search_options")
     body: dict[str, Any] = {"model": MODEL, "max_tokens": 2, field: value}
     body.update({"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "hi"})
     resp = httpx.post(f"{served}/v1/{'chat/' if chat else ''}completions", json=body, timeout=30)
