@@ -145,3 +145,22 @@ def test_the_agents_sdk_runs_a_tool_agent_to_completion(url: str) -> None:
     outputs = [i for i in result.new_items if i.type == "tool_call_output_item"]
     assert outputs and "12 degrees" in str(outputs[0].output)
     assert isinstance(result.final_output, Verdict)  # then the model answered, with the tool's result in context
+
+
+def test_vllm_sampling_extras_guidellm_shape(client: openai.OpenAI) -> None:
+    """guidellm's Responses request fixes the output length with vLLM's ``stop: null`` and ``ignore_eos``;
+    ``stop`` strings are honoured (the output is cut), not accepted and dropped."""
+    parts = [{"role": "user", "content": [{"type": "input_text", "text": "Tell me a story."}]}]
+    with client.responses.stream(model=MODEL, input=parts, max_output_tokens=12, temperature=0,  # type: ignore[arg-type]
+                                 extra_body={"stop": None, "ignore_eos": True}) as stream:
+        events = list(stream)
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.usage is not None and final.usage.output_tokens == 12
+    full = final.output_text
+    stop = full[4:6]
+    cut = client.responses.create(model=MODEL, input=parts, max_output_tokens=12, temperature=0,  # type: ignore[arg-type]
+                                  extra_body={"stop": [stop], "ignore_eos": True})
+    assert cut.output_text == full[: full.index(stop)]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model=MODEL, input="hi", extra_body={"top_k": -5})
+    assert isinstance(err.value.body, dict) and err.value.body["param"] == "top_k"

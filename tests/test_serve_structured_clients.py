@@ -147,3 +147,30 @@ def test_llamaindex_structured_predict(url: str) -> None:
 
     city = llm.structured_predict(City, PromptTemplate("Describe {place}."), place="a city")
     assert isinstance(city, City)
+
+
+def test_langchain_stream_usage_async_and_batch(url: str) -> None:
+    """``stream_usage=True`` reads the usage chunk (``stream_options.include_usage``); ``abatch`` and
+    ``astream`` go through the async client; usage adds up the same way in each."""
+    import asyncio
+
+    chat = ChatOpenAI(model=MODEL, base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60,  # type: ignore[arg-type]
+                      temperature=0, max_tokens=4, stream_usage=True)  # type: ignore[call-arg]
+    chunks = list(chat.stream(ASK))
+    streamed = chunks[0]
+    for c in chunks[1:]:
+        streamed = streamed + c  # type: ignore[assignment]
+    whole = chat.invoke(ASK)
+    assert streamed.content == whole.content
+    assert streamed.usage_metadata is not None and whole.usage_metadata is not None
+    assert streamed.usage_metadata["output_tokens"] == 4 == whole.usage_metadata["output_tokens"]
+    assert streamed.usage_metadata["input_tokens"] == whole.usage_metadata["input_tokens"] > 0
+
+    async def run() -> tuple[list[Any], list[Any]]:
+        batch = await chat.abatch([ASK, "Describe a town."])
+        return batch, [c async for c in chat.astream(ASK)]
+
+    batch, achunks = asyncio.run(run())
+    assert batch[0].content == whole.content and len(batch) == 2
+    assert "".join(str(c.content) for c in achunks) == whole.content
+    assert any(c.usage_metadata for c in achunks)

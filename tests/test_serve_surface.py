@@ -221,6 +221,20 @@ def test_return_token_ids_streamed(client: openai.OpenAI) -> None:
     assert chunks[0].choices[0].model_extra["prompt_token_ids"] == _ids(client, PROMPTS[0])  # type: ignore[index]
 
 
+def test_streamed_token_ids_include_tokens_without_text(client: openai.OpenAI) -> None:
+    """Random weights emit tokens that end inside a UTF-8 character: they have no text of their own
+    yet, and their ids must still reach the stream (chat and completions)."""
+    kw: dict[str, Any] = dict(model=MODEL, max_tokens=12, temperature=0,
+                              extra_body={"return_token_ids": True, "ignore_eos": True})
+    whole = client.completions.create(prompt="def f(x):\n", **kw).choices[0].model_extra["token_ids"]  # type: ignore[index]
+    chunks = client.completions.create(prompt="def f(x):\n", stream=True, **kw)
+    assert [t for c in chunks for ch in c.choices for t in ch.model_extra["token_ids"]] == whole  # type: ignore[index]
+    msgs = [{"role": "user", "content": "I love cats"}]
+    whole = client.chat.completions.create(messages=msgs, **kw).choices[0].model_extra["token_ids"]  # type: ignore[arg-type, index]
+    chunks = client.chat.completions.create(messages=msgs, stream=True, **kw)  # type: ignore[arg-type]
+    assert [t for c in chunks for ch in c.choices for t in ch.model_extra.get("token_ids") or []] == whole  # type: ignore[union-attr]
+
+
 def test_sixteen_stop_strings_and_include_stop_str(client: openai.OpenAI) -> None:
     full = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=12, temperature=0,
                                      extra_body={"ignore_eos": True}).choices[0].text
@@ -250,9 +264,10 @@ def test_output_neutral_fields_are_accepted(client: openai.OpenAI, served: str) 
 
 
 @pytest.mark.parametrize(("field", "value"), [("suffix", "end"), ("reasoning_effort", "low"), ("verbosity", "low"),
-                                              ("spaces_between_special_tokens", False), ("best_of", 3)])
+                                              ("spaces_between_special_tokens", False), ("best_of", 3),
+                                              ("web_search_options", {})])
 def test_output_changing_fields_the_engine_lacks_are_refused_by_name(served: str, field: str, value: Any) -> None:
-    chat = field in ("reasoning_effort", "verbosity")
+    chat = field in ("reasoning_effort", "verbosity", "web_search_options")
     body: dict[str, Any] = {"model": MODEL, "max_tokens": 2, field: value}
     body.update({"messages": [{"role": "user", "content": "hi"}]} if chat else {"prompt": "hi"})
     resp = httpx.post(f"{served}/v1/{'chat/' if chat else ''}completions", json=body, timeout=30)
@@ -284,3 +299,78 @@ def test_prompt_logprobs_not_cached_and_raw_shape(served: str) -> None:
     first = httpx.post(f"{served}/v1/completions", json=body, timeout=30).json()
     again = httpx.post(f"{served}/v1/completions", json=body, timeout=30).json()
     assert json.dumps(first["choices"][0]["prompt_logprobs"]) == json.dumps(again["choices"][0]["prompt_logprobs"])
+
+
+def test_null_openai_nullable_fields_mean_absent(client: openai.OpenAI) -> None:
+    """OpenAI types ``n``, chat ``logprobs`` and completions ``echo`` as nullable; the SDK sends an explicit
+    ``None`` as null, and it must read as the default, not as a 400."""
+    msgs = [{"role": "user", "content": "hello"}]
+    chat = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=2, temperature=0, n=None,  # type: ignore[arg-type]
+                                          logprobs=None)
+    assert len(chat.choices) == 1 and chat.choices[0].logprobs is None
+    text = client.completions.create(model=MODEL, prompt="hi", max_tokens=2, temperature=0, n=None, echo=None)
+    assert len(text.choices) == 1 and not text.choices[0].text.startswith("hi")
+
+
+def test_stop_token_ids_outside_the_vocabulary_is_400(client: openai.OpenAI) -> None:
+    assert client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                          extra_body={"stop_token_ids": [511]}).choices  # the last id is fine
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                       extra_body={"stop_token_ids": [7, 513]})
+    body = err.value.body
+    assert isinstance(body, dict) and body["param"] == "stop_token_ids" and "513" in body["message"]
+    assert "512" in body["message"]
+
+
+def test_continuous_usage_stats_without_include_usage_sends_no_usage(client: openai.OpenAI) -> None:
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=3, temperature=0, stream=True,
+                                            stream_options={"include_usage": False, "continuous_usage_stats": True}))
+    assert chunks and all(c.usage is None for c in chunks)
+
+
+def test_context_length_errors_name_the_field_the_client_sent(client: openai.OpenAI) -> None:
+    """256-token context: a too-long prompt is named as the endpoint spells it (``prompt``, ``prompt[i]``,
+    ``messages``), and the budget as the client sent it (``max_completion_tokens``)."""
+    calls: list[tuple[Any, str]] = [
+        (lambda: client.completions.create(model=MODEL, prompt=list(range(1, 300)), max_tokens=1), "prompt"),
+        (lambda: client.completions.create(model=MODEL, prompt=[[1, 2], list(range(1, 300))], max_tokens=1),
+         "prompt[1]"),
+        (lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi " * 300}],
+                                                max_tokens=1), "messages"),
+        (lambda: client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                max_completion_tokens=250), "max_completion_tokens"),
+    ]
+    for call, param in calls:
+        with pytest.raises(openai.BadRequestError) as err:
+            call()
+        body = err.value.body
+        assert isinstance(body, dict) and body["code"] == "context_length_exceeded" and body["param"] == param
+
+
+@pytest.mark.parametrize("echo", [False, True])
+def test_streamed_text_offsets_equal_the_whole_answers(client: openai.OpenAI, echo: bool) -> None:
+    """Random weights emit tokens that end inside a UTF-8 character (text held back): the streamed
+    ``text_offset`` must still match the non-streamed one, token for token."""
+    kw: dict[str, Any] = dict(model=MODEL, prompt="def f(x):\n", max_tokens=12, temperature=0, logprobs=0, echo=echo,
+                              stop=["\n\n"], extra_body={"ignore_eos": True})
+    whole = client.completions.create(**kw).choices[0].logprobs
+    streamed = [c.choices[0].logprobs for c in client.completions.create(stream=True, **kw) if c.choices]
+    assert whole is not None and whole.text_offset == [o for lp in streamed if lp for o in lp.text_offset or []]
+
+
+def test_chat_logprob_bytes_rebuild_the_text(client: openai.OpenAI) -> None:
+    """OpenAI's ``bytes`` exist for tokens that end inside a UTF-8 character (their ``token`` is U+FFFD):
+    joined across the answer they must give back its text. The grammar makes the answer one whose
+    characters the tiny vocabulary spells byte by byte."""
+    answer = "h\u00e9llo \U0001f431"
+    res = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=12,
+                                         temperature=0, logprobs=True, top_logprobs=3,
+                                         extra_body={"structured_outputs": {"choice": [answer]}})
+    assert res.choices[0].message.content == answer
+    content = res.choices[0].logprobs.content  # type: ignore[union-attr]
+    assert content is not None and any(t.token == "\ufffd" for t in content)  # the case under test occurs
+    # The end-of-turn token that closes the grammar is in the logprobs (as vLLM), not in the content.
+    assert b"".join(bytes(t.bytes or []) for t in content).decode().removesuffix("<|im_end|>") == answer
+    for t in content:
+        assert all(bytes(top.bytes or []).decode(errors="replace") == top.token for top in t.top_logprobs)

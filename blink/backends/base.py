@@ -125,6 +125,8 @@ class TokenLogprob:
     logprob: float | None
     bytes: list[int] | None = None
     top: list[tuple[str, float]] = field(default_factory=list)
+    # Each ``top`` entry's bytes, in order; None: the UTF-8 of its text.
+    top_bytes: list[list[int]] | None = None
 
 
 @dataclass(slots=True)

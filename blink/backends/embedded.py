@@ -228,16 +228,18 @@ class EmbeddedBackend:
             params.structured_engine = grammar_engine
         tools = setup.calls
         structured = setup.options.structured
+        checking = 0  # the job being checked: its prompt is the one an error is about
         try:
-            for _, prompt, params in jobs:
+            for index, prompt, params in jobs:
+                checking = index
                 self.engine.check(prompt, params)
             if structured is not None:
                 await self.engine.check_structured(structured.kind, structured.spec, grammar_engine)
         except PromptTooLongError as exc:
-            raise ContextLengthExceededError(str(exc), param=exc.param) from exc
+            raise ContextLengthExceededError(str(exc), param=_client_param(req, exc.param, checking // n)) from exc
         except InvalidParameterError as exc:
             param = structured.param if structured is not None and exc.param == STRUCTURED_PARAM else exc.param
-            raise InvalidRequestError(str(exc), param=param) from exc
+            raise InvalidRequestError(str(exc), param=_client_param(req, param, checking // n)) from exc
         except EngineDeadError as exc:
             raise self.supervisor.unavailable(str(exc)) from exc
         usage = Usage(prompt_tokens=sum(len(p) for p in prompts))
@@ -332,8 +334,28 @@ class EmbeddedBackend:
         for lp in out.logprobs or []:
             text = tok.decode([lp.token_id], skip_special_tokens=False) if tok else str(lp.token_id)
             top = [(tok.decode([t], skip_special_tokens=False) if tok else str(t), v) for t, v in (lp.top or [])]
-            result.append(TokenLogprob(token=text, logprob=lp.logprob, bytes=list(text.encode()), top=top))
+            result.append(TokenLogprob(token=text, logprob=lp.logprob, bytes=_token_bytes(tok, lp.token_id, text),
+                                       top=top, top_bytes=[_token_bytes(tok, t, top_text) for (t, _), (top_text, _)
+                                                           in zip(lp.top or [], top, strict=True)]))
         return result
+
+
+def _token_bytes(tok: Any, token_id: int, text: str) -> list[int]:
+    """A token's own bytes (partial UTF-8 included), else its text's UTF-8."""
+    raw = tok.token_bytes(token_id) if tok else None
+    return list(raw if raw is not None else text.encode())
+
+
+def _client_param(req: GenerationRequest, param: str | None, prompt_index: int) -> str | None:
+    """The request field an engine error is about, as this client spelled it: the engine names the
+    prompt ``messages`` (or ``prompt``) and the budget ``max_tokens`` whatever the endpoint."""
+    if param in ("messages", "prompt"):
+        if req.kind == "chat":
+            return "messages"
+        return f"prompt[{prompt_index}]" if req.prompts is not None else "prompt"
+    if param == "max_tokens" and "max_completion_tokens" in req.sent_options:
+        return "max_completion_tokens"
+    return param
 
 
 def _engine_priority(priority: str | None) -> str:

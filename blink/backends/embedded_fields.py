@@ -24,6 +24,8 @@ def refuse_unsupported(req: GenerationRequest) -> None:
     for name in _UNSUPPORTED_FIELDS:
         if extra.get(name) not in (None, "", [], {}):
             _unsupported(name, f"'{name}'")
+    if extra.get("web_search_options") is not None:  # {} too: every option is optional, so {} turns search on
+        _unsupported("web_search_options", "'web_search_options'")
     modalities = extra.get("modalities")
     if modalities is not None and list(modalities) != ["text"]:
         _unsupported("modalities", "output 'modalities' other than [\"text\"]")

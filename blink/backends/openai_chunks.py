@@ -79,9 +79,16 @@ def _chat_logprobs(lp: dict[str, Any] | None) -> list[TokenLogprob] | None:
             logprob=item["logprob"],
             bytes=item.get("bytes"),
             top=[(t["token"], t["logprob"]) for t in item.get("top_logprobs") or ()],
+            top_bytes=_top_bytes(item.get("top_logprobs") or ()),
         )
         for item in lp["content"]
     ]
+
+
+def _top_bytes(tops: Any) -> list[list[int]] | None:
+    """The upstream's bytes of each top token, when it sent them all (a partial token's text is U+FFFD)."""
+    found = [t.get("bytes") for t in tops]
+    return found if found and all(isinstance(b, list) for b in found) else None
 
 
 def _completion_logprobs(lp: dict[str, Any] | None) -> list[TokenLogprob] | None:

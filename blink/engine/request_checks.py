@@ -34,6 +34,15 @@ def check_request(prompt_token_ids: list[int], params: SamplingParams, limits: E
                 f"logit_bias: token id {token} is outside the vocabulary (0..{limits.vocab_size - 1}).",
                 param="logit_bias",
             )
+    for token in params.stop_token_ids:
+        # Harmless to the engine (it would never fire), but a stop that cannot fire is a client bug
+        # (another model's id) that should surface, as vLLM reports it.
+        if token >= limits.vocab_size:
+            raise InvalidParameterError(
+                f"stop_token_ids: token id {token} is outside the vocabulary (size {limits.vocab_size}: "
+                f"ids 0..{limits.vocab_size - 1}).",
+                param="stop_token_ids",
+            )
     if not prompt_token_ids:
         raise InvalidParameterError("The prompt is empty.", param="messages")
     n = len(prompt_token_ids)

@@ -35,6 +35,37 @@ _TEMPLATE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 _NORMALIZER_SHRINK = {"NFC": 3.0, "NFKC": 3.0, "NFD": 3.0, "NFKD": 3.0, "Lowercase": 1.5, "Prepend": 1.0}
 # Pre-tokenizers that keep every byte of the text (a Split that removes its matches does not).
 _LOSSLESS_PRE_TOKENIZERS = {"ByteLevel", "Metaspace", "Split", "Digits", "Punctuation", "UnicodeScripts"}
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, character -> byte: printable bytes stand for themselves, the
+    others for 256 + n in order (the table ``tokenizers``' ByteLevel pre-tokenizer and decoder use)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), 256)]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + n): b for n, b in enumerate(others)}}
+
+
+_BYTE_LEVEL = _byte_level_alphabet()
+
+
+def _byte_form(backend: RustTokenizer | None) -> str | None:
+    """How the vocabulary spells bytes: ``byte_level`` (GPT-2, Llama 3, Qwen, SmolLM), ``byte_fallback``
+    (SentencePiece ``<0xAB>`` pieces with ``▁`` for spaces: Llama 2, Mistral), else None."""
+    decoder = getattr(backend, "decoder", None) if backend is not None else None
+    if decoder is None:
+        return None
+    try:
+        state = json.loads(decoder.__getstate__())
+    except (AttributeError, TypeError, ValueError):
+        return None
+    kinds = {d.get("type") for d in state.get("decoders", [state])} if isinstance(state, dict) else set()
+    if "ByteLevel" in kinds:
+        return "byte_level"
+    if "ByteFallback" in kinds:
+        return "byte_fallback"
+    return None
+
+
 # Bound on the single-token decode cache: past any real vocabulary, so only ids no model has
 # (a client's raw token prompt) could reach it.
 _ONE_TOKEN_CACHE = 1 << 19
@@ -53,6 +84,7 @@ class Tokenizer:
         # Single-token decodes, by (id, skip_special_tokens): the incremental detokenizer decodes
         # its one-token window once per generated token, and decode is a pure function of the ids.
         self._one_token: dict[tuple[int, bool], str] = {}
+        self._byte_form = _byte_form(self._backend)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, trust_remote_code: bool = False) -> Tokenizer:
@@ -93,6 +125,27 @@ class Tokenizer:
             return self._backend.id_to_token(token_id)
         token = self.hf.convert_ids_to_tokens(token_id)
         return token if isinstance(token, str) else None
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The bytes one token stands for (OpenAI's logprobs ``bytes``); None when the vocabulary has no
+        byte spelling for it (a special token, another tokenizer kind): use its decoded text then.
+
+        A token that ends inside a UTF-8 character decodes alone to U+FFFD, but its bytes are what a
+        client joins across tokens to rebuild the text, so they come from the vocabulary entry.
+        """
+        if token_id in self.all_special_ids:
+            return None
+        piece = self.id_to_token(token_id)
+        if piece is None:
+            return None
+        if self._byte_form == "byte_level":
+            raw = [_BYTE_LEVEL.get(ch) for ch in piece]
+            return None if None in raw else bytes(raw)  # type: ignore[arg-type]  # checked: no None
+        if self._byte_form == "byte_fallback":
+            if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+                return bytes([int(piece[3:5], 16)])
+            return piece.replace("\u2581", " ").encode()
+        return None
 
     def max_bytes_per_token(self) -> float | None:
         """An upper bound on the UTF-8 bytes of text one token can stand for; None if there is none.

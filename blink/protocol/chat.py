@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from blink.protocol.common import SamplingFields
+from blink.protocol.common import SamplingFields, null_is_default
 from blink.request_limits import SAMPLING_LIMITS
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
@@ -52,3 +52,5 @@ class ChatCompletionRequest(SamplingFields):
     # vLLM chat-template switches.
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+
+    _logprobs_nullable = field_validator("logprobs", mode="before")(null_is_default)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from blink.request_limits import INT32_MAX, SAMPLING_LIMITS
 
@@ -22,6 +22,15 @@ LogitBias = Annotated[float, Field(ge=-_L.max_logit_bias, le=_L.max_logit_bias)]
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def null_is_default(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """For fields OpenAI types as nullable but Blink keeps a plain default (``n``, ``logprobs``, ``echo``):
+    null means the field was left out. SDKs that serialise unset fields (and ``create(n=None)`` in the
+    ``openai`` SDK) send it, and OpenAI accepts it."""
+    if value is None and info.field_name is not None:
+        return cls.model_fields[info.field_name].default
+    return value
 
 
 class StreamOptions(StrictModel):
@@ -81,3 +90,5 @@ class SamplingFields(StrictModel):
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     store: bool | None = None
+
+    _n_nullable = field_validator("n", mode="before")(null_is_default)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from blink.protocol.common import SamplingFields
+from blink.protocol.common import SamplingFields, null_is_default
 from blink.request_limits import SAMPLING_LIMITS
 
 Prompt = str | list[str] | list[int] | list[list[int]]
@@ -23,3 +23,5 @@ class CompletionRequest(SamplingFields):
     best_of: int | None = Field(None, ge=1, le=SAMPLING_LIMITS.max_n)
     # vLLM accepts OpenAI's chat response_format on completions too.
     response_format: dict[str, Any] | None = None
+
+    _echo_nullable = field_validator("echo", mode="before")(null_is_default)

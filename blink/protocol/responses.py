@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from blink.protocol.common import StrictModel
+from blink.protocol.common import LogitBias, Stop, StrictModel
 from blink.request_limits import SAMPLING_LIMITS
 
 _L = SAMPLING_LIMITS
@@ -43,6 +43,17 @@ class ResponsesRequest(StrictModel):
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    # vLLM's sampling extras on this endpoint (load generators such as guidellm send ``stop: null`` and
+    # ``ignore_eos: true`` to fix the output length). Each is the chat field of the same name: translate.py
+    # passes them on and the chat schema checks them.
+    stop: Stop = None
+    ignore_eos: bool | None = None
+    seed: int | None = None
+    top_k: int | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, LogitBias] | None = None
+    skip_special_tokens: bool | None = None
+    include_stop_str_in_output: bool | None = None
     # Declared so that a value Blink cannot honour is refused by name (translate.py), not as unknown.
     truncation: str | None = None
     service_tier: str | None = None

@@ -163,3 +163,22 @@ def test_no_bytes_per_token_bound_when_a_normalizer_may_delete_text() -> None:
 
     assert _wrapped(_bpe(normalizers.Replace(Regex(" +"), ""))).max_bytes_per_token() is None
     assert _wrapped(_bpe(normalizers.BertNormalizer())).max_bytes_per_token() is None
+
+
+def test_token_bytes_rebuild_text_byte_level_and_byte_fallback(tok: Tokenizer) -> None:
+    """Each token's own bytes (OpenAI's logprobs ``bytes``) join back into the text, characters split
+    across tokens included, for GPT-2 byte-level and SentencePiece byte-fallback vocabularies."""
+    from tokenizers import Tokenizer as Rust
+    from tokenizers import decoders, models
+
+    text = "héllo 🐱 你好"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert any(tok.decode([i]) == "\ufffd" for i in ids)  # some token ends inside a character
+    assert b"".join(tok.token_bytes(i) or b"?" for i in ids).decode() == text
+    vocab = {"<unk>": 0, "\u2581h": 1, "llo": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    rust = Rust(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    rust.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    sp = _wrapped(rust)
+    pieces = [vocab["\u2581h"], *(3 + b for b in "é".encode()), vocab["llo"]]
+    assert sp.decode([pieces[1]]) == "\ufffd" and b"".join(sp.token_bytes(i) or b"?" for i in pieces) == " héllo".encode()
+    assert tok.token_bytes(next(iter(tok.eos_token_ids))) is None  # a special token: its text stands

@@ -14,7 +14,10 @@ def chat_logprobs(items: list[TokenLogprob]) -> list[dict[str, Any]]:
             "token": lp.token,
             "logprob": lp.logprob,
             "bytes": lp.bytes if lp.bytes is not None else list(lp.token.encode()),
-            "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in lp.top],
+            "top_logprobs": [
+                {"token": t, "logprob": v, "bytes": list(t.encode()) if lp.top_bytes is None else lp.top_bytes[i]}
+                for i, (t, v) in enumerate(lp.top)
+            ],
         }
         for lp in items
     ]

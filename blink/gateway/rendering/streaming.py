@@ -67,7 +67,10 @@ class ChunkEncoder:
         """The SSE event for ``d``, or None when it carries nothing to show (usage only)."""
         if self._continuous:
             self._count(d)
-        if not (d.text or d.finish_reason or d.logprobs or d.tool_calls or d.index not in self._started):
+        # A token may have no text yet (it ends inside a UTF-8 character, or may begin a stop string):
+        # its event is still sent when the client asked for token ids, or the ids would go missing.
+        shows_ids = self._token_ids and bool(d.token_ids)
+        if not (d.text or d.finish_reason or d.logprobs or d.tool_calls or shows_ids or d.index not in self._started):
             return None
         first = d.index not in self._started
         choice = self._chat_choice(d) if self._chat else self._completion_choice(d)
@@ -115,7 +118,10 @@ class ChunkEncoder:
         self._started.add(d.index)
         logprobs = None
         if d.logprobs:
+            # Offsets advance by the tokens' strings, as in the whole answer (aggregate.py), not by the
+            # text sent: a token that ends inside a character, or one held back while it may begin a
+            # stop string, has no text of its own yet, and the two renderings would disagree.
             offset = self._offsets.get(d.index, 0)
             logprobs = completion_logprobs(d.logprobs, offset)
-            self._offsets[d.index] = offset + len(d.text)
+            self._offsets[d.index] = offset + sum(len(lp.token) for lp in d.logprobs)
         return {"index": d.index, "text": d.text, "logprobs": logprobs, "finish_reason": d.finish_reason}

@@ -95,6 +95,7 @@ class ChatWire:
 
 
 def _continuous_usage(req: GenerationRequest) -> bool:
-    """vLLM's ``stream_options.continuous_usage_stats`` (validated by the protocol)."""
+    """vLLM's ``stream_options.continuous_usage_stats`` (validated by the protocol). It adds to
+    ``include_usage`` and means nothing without it: vLLM then sends no usage at all."""
     opts = req.extra.get("stream_options")
-    return isinstance(opts, dict) and bool(opts.get("continuous_usage_stats"))
+    return isinstance(opts, dict) and bool(opts.get("continuous_usage_stats")) and bool(opts.get("include_usage"))

@@ -39,7 +39,10 @@ _WHY = {
     "truncation": "the conversation is never truncated; a too-long one is a 400",
 }
 _PASSED = frozenset(("temperature", "top_p", "user", "safety_identifier", "prompt_cache_key", "parallel_tool_calls",
-                     "metadata"))
+                     "metadata",
+                     # vLLM's sampling extras (protocol/responses.py), checked by the chat schema
+                     "stop", "ignore_eos", "seed", "top_k", "repetition_penalty", "logit_bias", "skip_special_tokens",
+                     "include_stop_str_in_output"))
 # Fields the gateway answers itself rather than an upstream serving /v1/responses natively.
 _NOT_PASSED_NATIVE = frozenset(("previous_response_id", "input", "model"))
 _METADATA_KEYS = 16
