@@ -24,7 +24,7 @@ from blink.gateway.batch.runner import BatchRunner, new_file_id
 from blink.gateway.batch.store import CHUNK_BYTES, BatchRecord, BatchStore, FileRecord, StorageQuotaExceeded
 from blink.gateway.http.dispatch import Routes
 from blink.gateway.http.json_response import json_response
-from blink.gateway.http.request_parsing import parse_json_object, require_json
+from blink.gateway.http.request_parsing import bounded_int, parse_json_object, require_json
 from blink.protocol.errors import InvalidRequestError, NotFoundError, RequestTooLargeError
 
 # OpenAI's only completion window; the job itself runs as soon as capacity allows.
@@ -215,10 +215,11 @@ async def _file(store: BatchStore, file_id: str, caller: Caller, param: str = "f
 def _limit(raw: str | None, default: int, most: int) -> int:
     if raw is None:
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= most:
+    limit = bounded_int(raw, 1, most)
+    if limit is None:
         raise InvalidRequestError(f"'limit' must be an integer from 1 to {most}.", param="limit",
                                   code="invalid_value")
-    return int(raw)
+    return limit
 
 
 def _expiry(form: FormData, now: int, settings: BatchSettings) -> int | None:
@@ -231,10 +232,11 @@ def _expiry(form: FormData, now: int, settings: BatchSettings) -> int | None:
         raise InvalidRequestError("'expires_after.anchor' must be 'created_at'.", param="expires_after.anchor",
                                   code="invalid_value")
     lo, hi = settings.min_expires_after_s, settings.max_expires_after_s
-    if not isinstance(seconds, str) or not seconds.isdigit() or not lo <= int(seconds) <= hi:
+    valid = bounded_int(seconds, lo, hi) if isinstance(seconds, str) else None
+    if valid is None:
         raise InvalidRequestError(f"'expires_after.seconds' must be an integer from {lo} to {hi}.",
                                   param="expires_after.seconds", code="invalid_value")
-    return now + int(seconds)
+    return now + valid
 
 
 def _checked_size(file: BinaryIO, settings: BatchSettings) -> int:
