@@ -130,6 +130,11 @@ def test_bad_upload_fields_are_400(server: tuple[LiveServer, Path]) -> None:
         _error(upload({"user": "x"}), 400, "unknown_parameter", "user")
         _error(upload({}, b"{}\n" * 501), 400, "too_many_requests", "file")
         _error(upload({}, b"\n  \n"), 400, "empty_file", "file")
+        # Bodies Starlette's multipart parser refuses: a 400 naming the file, never a 500.
+        _error(h.post(f"{url}/v1/files", content=b"x", headers={"content-type": "multipart/form-data"}), 400,
+               "invalid_multipart", "file")
+        _error(h.post(f"{url}/v1/files", files=[("file", ("a.jsonl", good)), ("file", ("b.jsonl", good))],
+                      data={"purpose": "batch"}), 400, "invalid_multipart", "file")
 
 
 def test_storage_quota_is_per_tenant(server: tuple[LiveServer, Path]) -> None:
