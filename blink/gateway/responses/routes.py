@@ -112,7 +112,7 @@ def build_responses_router(store: ResponseStore, settings: ResponsesSettings, se
         return GenerationResponse(
             gen.source if gen.replay is None else _Replay(gen.replay), req,
             stream=bool(body.stream), include_usage=False, t0=t0, metrics=state.metrics,
-            timeout_s=server.request_timeout_s, on_complete=gen.on_complete, extra_headers=gen.headers,
+            timeout_s=server.request_timeout_s, on_complete=gen.on_complete, on_abandon=gen.on_abandon, extra_headers=gen.headers,
             usage_headers=gen.usage_headers, on_close=gen.close, wire=ResponsesWire(renderer, stored),
         )
 
