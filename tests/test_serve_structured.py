@@ -143,6 +143,12 @@ BAD = [
     ({"guided_regex": "a", "guided_choice": ["b"]}, "guided_choice"),
     ({"guided_regex": "a", "guided_decoding_backend": "outlines"}, "guided_decoding_backend"),
     ({"guided_regex": "a", "min_tokens": 2}, "min_tokens"),
+    # Specs that compile but admit no output: they failed in the engine as a 500.
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}}}},
+     "response_format"),
+    ({"guided_grammar": "root ::= root"}, "guided_grammar"),
+    ({"guided_regex": "[^\\s\\S]"}, "guided_regex"),
 ]
 
 

@@ -91,7 +91,7 @@ def _tool_call(i: int, j: int, call: Any) -> dict[str, Any]:
     if isinstance(args, str):
         try:
             decoded = json.loads(args) if args.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past json's stack, as unreadable
             decoded = None
         # Templates render a mapping (``arguments | tojson``); text that is not an object stays text.
         if isinstance(decoded, dict):

@@ -278,6 +278,9 @@ class EmbeddedBackend:
             raise self.supervisor.unavailable(f"the engine stopped: {exc}") from exc
         except RequestFailedError as exc:  # this request alone; the engine serves on
             raise InternalServerError(str(exc)) from exc
+        except InvalidParameterError as exc:  # refused by the engine core (a spec with no output)
+            param = structured.param if structured is not None and exc.param == STRUCTURED_PARAM else exc.param
+            raise InvalidRequestError(str(exc), param=param) from exc
         except EngineError as exc:
             raise BackendUnavailableError(str(exc)) from exc
         finally:

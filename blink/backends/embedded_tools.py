@@ -60,7 +60,7 @@ class ForcedCallParser:
         self._buf = []
         try:
             value = json.loads(text)
-        except ValueError:  # cut short (max_tokens): what was written is content
+        except (ValueError, RecursionError):  # cut short (max_tokens): what was written is content
             return text, []
         items = value if isinstance(value, list) else [value]
         calls = [call_from_object(v, ("arguments",)) for v in items]

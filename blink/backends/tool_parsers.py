@@ -65,7 +65,7 @@ def call_from_object(obj: Any, args_keys: tuple[str, ...] = ("arguments", "param
             if isinstance(args, str):  # some models emit the arguments already encoded
                 try:
                     args = json.loads(args)
-                except ValueError:
+                except (ValueError, RecursionError):
                     return None
             if not isinstance(args, dict):
                 return None
@@ -131,7 +131,7 @@ class HermesParser:
     def _parse(body: str) -> ParsedCall | None:
         try:
             return call_from_object(json.loads(body))
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
 
@@ -148,7 +148,7 @@ def _json_values(text: str) -> list[Any] | None:
             return values
         try:
             value, pos = decoder.raw_decode(text, pos)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         values.append(value)
 
@@ -259,9 +259,11 @@ class MistralParser(_WholeOutputParser):
 
 
 def _loads(text: str) -> Any:
+    """``text`` as JSON, or None; text nested past json's stack (RecursionError, here as at every
+    ``json.loads`` of model output) is unreadable like any other, never an error."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

@@ -60,21 +60,41 @@ def plan_tools(raw: dict[str, Any]) -> ToolPlan | None:
 
 def forced_call_schema(plan: ToolPlan) -> dict[str, Any]:
     """The JSON schema of a forced call: ``{"name", "arguments"}`` objects, in an array when the
-    request allows parallel calls under ``required`` (one object when named or not parallel)."""
+    request allows parallel calls under ``required`` (one object when named or not parallel).
+
+    Each function's parameters sit under ``$defs`` of this document and are referenced from
+    there, their own ``#...`` references rewritten to point into them: a parameters schema's
+    references are relative to its own root (pydantic puts nested models in ``$defs``), which is
+    no longer the document's root once it is nested here."""
     names = [plan.name] if plan.mode == "named" and plan.name is not None else [t["function"]["name"] for t in plan.tools]
-    calls = [
-        {
+    defs: dict[str, Any] = {}
+    calls = []
+    for i, n in enumerate(names):
+        slot = f"arguments{i}"
+        defs[slot] = _rebased(plan.parameters(n), f"#/$defs/{slot}")
+        calls.append({
             "type": "object",
-            "properties": {"name": {"type": "string", "enum": [n]}, "arguments": plan.parameters(n)},
+            "properties": {"name": {"type": "string", "enum": [n]}, "arguments": {"$ref": f"#/$defs/{slot}"}},
             "required": ["name", "arguments"],
             "additionalProperties": False,
-        }
-        for n in names
-    ]
+        })
     one: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
     if plan.mode == "named" or not plan.parallel:
-        return one
-    return {"type": "array", "minItems": 1, "items": one}
+        return {**one, "$defs": defs}
+    return {"type": "array", "minItems": 1, "items": one, "$defs": defs}
+
+
+def _rebased(schema: Any, root: str) -> Any:
+    """``schema`` with every local ``$ref`` (``#``, ``#/...``) made relative to ``root``."""
+    if isinstance(schema, list):
+        return [_rebased(s, root) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _rebased(v, root) for k, v in schema.items()}
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
+        out["$ref"] = root + ref[1:]
+    return out
 
 
 def forced_call_json(plan: ToolPlan) -> str:

@@ -26,7 +26,7 @@ import zmq.asyncio
 
 from blink.engine import core_process as cp
 from blink.engine.config import EngineConfig
-from blink.engine.errors import EngineDeadError, EngineError, RequestFailedError
+from blink.engine.errors import EngineDeadError, EngineError, InvalidParameterError, RequestFailedError
 from blink.engine.loader import resolve_model_path
 from blink.engine.outputs import EngineStats, RequestOutput
 from blink.engine.request_checks import EngineLimits, check_request
@@ -274,6 +274,8 @@ class AsyncEngine:
                 if item.finished:
                     finished = True
                 if item.error is not None:
+                    if item.error_param is not None:  # the request's own fault (outputs.py)
+                        raise InvalidParameterError(item.error, item.error_param)
                     raise RequestFailedError(item.error)
                 yield item
                 if finished:

@@ -170,6 +170,9 @@ class LLMEngine:
                 state.grammar = GrammarState(fut.result(), extra)  # type: ignore[arg-type]
             except Exception as exc:
                 log.info("request %s: its grammar did not compile: %s", request_id, native_message(exc))
+                if isinstance(exc, InvalidParameterError):  # the spec's own fault: the client's 400
+                    outputs.append(self._reject(state, str(exc), exc.param))
+                    continue
                 outputs.append(self._reject(state, f"request rejected: the structured output spec did not "
                                                    f"compile: {native_message(exc)}"))
                 continue
@@ -370,12 +373,14 @@ class LLMEngine:
                 results.append(None)
         return results
 
-    def _reject(self, state: _RequestState, message: str) -> RequestOutput:
-        """End a request that never reached the scheduler, with a message written for the client."""
+    def _reject(self, state: _RequestState, message: str, param: str | None = None) -> RequestOutput:
+        """End a request that never reached the scheduler, with a message written for the client
+        (``param``: the field at fault, when the request itself was bad)."""
         seq = state.seq
         self._requests.pop(seq.request_id, None)
         return RequestOutput(request_id=seq.request_id, new_token_ids=[], text="", finished=True,
-                             finish_reason="error", num_prompt_tokens=seq.num_prompt_tokens, error=message)
+                             finish_reason="error", num_prompt_tokens=seq.num_prompt_tokens, error=message,
+                             error_param=param)
 
     def _fail(self, state: _RequestState, stage: str, trace: bool = True) -> RequestOutput:
         """End one request with an error output and free its blocks; the step goes on.

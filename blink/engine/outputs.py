@@ -31,6 +31,9 @@ class RequestOutput(msgspec.Struct, array_like=True):
     # Sent once, with the first output after the prefill: one entry per prompt token, the first
     # None (nothing predicts it). Only when the request asked for prompt logprobs.
     prompt_logprobs: list[TokenLogprobOut | None] | None = None
+    # With ``error``: the request field at fault when the request itself was refused (a spec that
+    # compiles to a grammar with no output), so the frontend answers 400 naming it, not 500.
+    error_param: str | None = None
 
 
 class EngineStats(msgspec.Struct):

@@ -98,6 +98,26 @@ class GatewayFront:
 
         return done
 
+    def on_abandon(self, adm: Admission) -> Callable[[ResponseAggregator], None] | None:
+        """The callback for a response that ended before it was whole: its tokens so far still
+        count against the key's token rate limit and spend (never cached, never safety-checked:
+        there is no whole answer). None when nothing counts tokens."""
+        charge = adm.ticket is not None and bool(adm.ticket.token_limits)
+        cost = self.cost
+        if not (charge or cost):
+            return None
+
+        def abandoned(agg: ResponseAggregator) -> None:
+            usage = agg.usage_so_far()
+            if usage.total_tokens <= 0:
+                return
+            if charge and self.limiter is not None and adm.ticket is not None:
+                self.limiter.charge_tokens(adm.ticket, usage.total_tokens)
+            if cost is not None:
+                cost.charge(_key_id(adm), adm.model, usage, 0)
+
+        return abandoned
+
     def usage_headers(self, adm: Admission) -> Callable[[Usage | None], list[tuple[bytes, bytes]]] | None:
         """Headers computed from a whole response's usage (``x-blink-cost-usd``), or None."""
         cost = self.cost

@@ -97,6 +97,9 @@ class Generation:
     lease: SequenceLease = NO_LEASE
     # The user request this answer is, in flight for the server's background work to stand aside.
     user: UserLease = NO_USER
+    # Run instead of ``on_complete`` when the answer ends before it is whole (the client left, a
+    # barge-in, a failure mid-way): the tokens generated so far are still charged (front.py).
+    on_abandon: Callable[[ResponseAggregator], None] | None = None
 
     @property
     def headers(self) -> list[tuple[bytes, bytes]]:
@@ -112,9 +115,11 @@ class Generation:
         """The answer as deltas, for callers that are not an HTTP response (voice, batch).
 
         Runs the completion hooks after the last delta; closing it early (a barge-in, a cancelled
-        line) aborts the backend call and gives the lease back without them. A generator closed
-        before it ever ran runs no ``finally``: callers also call ``close`` in their own.
+        line) aborts the backend call, gives the lease back and charges what was generated
+        (``on_abandon``). A generator closed before it ever ran runs no ``finally``: callers also
+        call ``close`` in their own.
         """
+        agg: ResponseAggregator | None = None
         try:
             if self.replay is not None:
                 self.close()
@@ -122,17 +127,21 @@ class Generation:
                     yield delta
                 return
             req = self.request
-            agg = ResponseAggregator(req.kind, req.num_choices, req.options.logprobs) if self.on_complete else None
+            wanted = self.on_complete is not None or self.on_abandon is not None
+            agg = ResponseAggregator(req.kind, req.num_choices, req.options.logprobs) if wanted else None
             async with contextlib.aclosing(self.source.stream(req)) as deltas:  # type: ignore[type-var]
                 async for delta in deltas:
                     if agg is not None:
                         agg.add(delta)
                     yield delta
             self.close()  # before the hooks: the sequences are done once the last delta is in
-            if agg is not None and self.on_complete is not None:
-                self.on_complete(agg)
+            whole, agg = agg, None
+            if whole is not None and self.on_complete is not None:
+                self.on_complete(whole)
         finally:
             self.close()
+            if agg is not None and self.on_abandon is not None:
+                self.on_abandon(agg)
 
 
 class GenerationPipeline:
@@ -206,7 +215,8 @@ class GenerationPipeline:
         on_complete = front.on_complete(adm, req)
         if observer is not None and adm.cache is not None and adm.cache.fill:
             on_complete = _observed(on_complete, observer, principal, req, adm.cache)
-        return Generation(req, adm, None, source, on_complete, front.usage_headers(adm), lease)
+        return Generation(req, adm, None, source, on_complete, front.usage_headers(adm), lease,
+                          on_abandon=front.on_abandon(adm))
 
     @staticmethod
     def _principal(key: ApiKey | None, model: str, directives: Directives) -> Admission:

@@ -49,7 +49,8 @@ def observe_stream(req: GenerationRequest, backend: str) -> StreamStamp | None:
     trace.request_id = req.request_id
     trace.model = trace.model or req.model
     trace.backend = backend
-    trace.tier = req.tier or trace.tier
+    # Not ``req.tier``: that is the client's x-blink-tier header, whatever it says (a model without
+    # tiers ignores it). The routed backend annotates the tier it chose.
     trace.max_tokens = req.options.max_tokens
     trace.temperature = req.options.temperature
     trace.top_p = req.options.top_p

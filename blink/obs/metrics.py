@@ -9,7 +9,7 @@ engine gauges are read at scrape time by ``EngineCollector``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -156,6 +156,10 @@ class GatewayMetrics:
 
     def observe(self, t: RequestTrace) -> None:
         """Record one finished request."""
+        if t.model and not t.backend:
+            # Refused before a backend was resolved (an unknown or forbidden model): the model is
+            # the client's text, and a label per distinct text grows the registry without bound.
+            t = replace(t, model="")
         c = self._children(t)
         status = c.requests.get(t.status)
         if status is None:

@@ -254,7 +254,7 @@ class _Session:
     def _control(self, text: str) -> str | None:
         try:
             body = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past the parser's stack
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("type"), str):
             raise _Refused(CLOSE_INVALID_PAYLOAD, "Text messages must be JSON objects with a 'type' "

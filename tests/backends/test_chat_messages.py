@@ -30,10 +30,11 @@ def test_assistant_tool_calls_with_null_content() -> None:
     assert call["function"]["arguments"] == '{"x": 1}'
 
 
-def test_arguments_that_are_not_an_object_stay_text() -> None:
-    call = {"function": {"name": "f", "arguments": "not json"}}
+@pytest.mark.parametrize("arguments", ["not json", "[" * 100_000 + "]" * 100_000])  # the second: a 500 before
+def test_arguments_that_are_not_an_object_stay_text(arguments: str) -> None:
+    call = {"function": {"name": "f", "arguments": arguments}}
     out = chat_inputs([{"role": "assistant", "tool_calls": [call]}], None, None)
-    assert out.messages[0]["tool_calls"][0]["function"]["arguments"] == "not json"
+    assert out.messages[0]["tool_calls"][0]["function"]["arguments"] == arguments
 
 
 @pytest.mark.parametrize(("part", "param"), [

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import openai
+import pydantic
 import pytest
 from live_server import LiveServer
 
@@ -99,6 +100,24 @@ def test_named_and_not_parallel_give_exactly_one_call(url: str, seed: int) -> No
     calls = single.choices[0].message.tool_calls
     assert calls is not None and len(calls) == 1
     _check_call(calls[0].function.name, calls[0].function.arguments)
+
+
+def test_a_pydantic_tool_with_nested_models_is_forced(url: str) -> None:
+    """``openai.pydantic_function_tool`` puts nested models in ``$defs`` and refers to them from
+    the parameters' root: forced, that was a 400 ("Pointer '/$defs/Place' does not exist")."""
+    class Place(pydantic.BaseModel):
+        unit: Literal["celsius", "fahrenheit"]
+
+    class Forecast(pydantic.BaseModel):
+        place: Place
+        hourly: bool
+
+    done = _client(url).chat.completions.create(
+        model=MODEL, messages=ASK, tools=[openai.pydantic_function_tool(Forecast)], max_tokens=1000, seed=0,  # type: ignore[arg-type]
+        tool_choice={"type": "function", "function": {"name": "Forecast"}})
+    calls = done.choices[0].message.tool_calls
+    assert calls is not None and len(calls) == 1
+    Forecast.model_validate_json(calls[0].function.arguments)
 
 
 @pytest.mark.parametrize("tool_choice", ["required", "alerts"])

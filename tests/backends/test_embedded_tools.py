@@ -89,6 +89,9 @@ def test_forced_output_cut_short_is_content() -> None:
     p = ForcedCallParser()
     assert p.feed('{"name": "f", "argu') == ("", [])
     assert p.finish() == ('{"name": "f", "argu', [])
+    deep = "[" * 5000 + "]" * 5000  # a schema may allow nesting past json's stack: content, not an error
+    p.feed(deep)
+    assert p.finish() == (deep, [])
 
 
 def test_auto_without_a_known_format_is_refused() -> None:

@@ -120,3 +120,19 @@ def test_detect_parser_from_template_markers() -> None:
     assert detect_parser("{{ message['content'] }}") is None
     assert detect_parser(None) is None
     assert isinstance(make_parser("mistral"), MistralParser)
+
+
+DEEP = "[" * 5000 + "]" * 5000  # past json's recursion limit: a RecursionError, not a ValueError
+
+
+@pytest.mark.parametrize(("parser", "text"), [
+    (HermesParser, f"<tool_call>{DEEP}</tool_call>"),
+    (HermesParser, f'<tool_call>{{"name": "f", "arguments": "{DEEP}"}}</tool_call>'),
+    (MistralParser, f"[TOOL_CALLS] {DEEP}"),
+    (MistralParser, f"[TOOL_CALLS]f[ARGS]{DEEP}"),
+    (Llama3JsonParser, DEEP),
+])
+def test_model_text_nested_past_the_json_stack_stays_content(parser: type[ToolCallParser], text: str) -> None:
+    """A model asked to print thousands of brackets inside a call's markers: content, not a failed stream."""
+    content, calls = _run(parser(), text, 1000)
+    assert calls == [] and content == text

@@ -104,6 +104,9 @@ CORPUS: list[tuple[str, str, Any, int, str, str | None]] = [
     ("logit-bias-word-key", CHAT, chat(logit_bias={"hello": 1}), 400, IRE, "logit_bias"),
     ("logit-bias-negative-key", CHAT, chat(logit_bias={"-5": 1}), 400, IRE, "logit_bias"),
     ("logit-bias-float-key", COMP, comp(logit_bias={"5.0": 1}), 400, IRE, "logit_bias"),
+    # Digits int() refuses: a superscript (str.isdigit says yes) and one past its 4,300-digit cap.
+    ("logit-bias-superscript-key", CHAT, chat(logit_bias={"\u00b2": 1}), 400, IRE, "logit_bias"),
+    ("logit-bias-5000-digit-key", CHAT, chat(logit_bias={"1" * 5000: 1}), 400, IRE, "logit_bias"),
     ("seed-over-int64", CHAT, chat(seed=2**63), 400, IRE, "seed"),
     ("seed-under-int64", CHAT, b'{"model": "fake", "messages": [{"role": "user", "content": "hi"}], '
      b'"seed": -9223372036854775809}', 400, IRE, "seed"),

@@ -75,6 +75,21 @@ def test_errors_and_disconnects_are_counted_by_status(client: openai.OpenAI, obs
         before, "blink_requests_total", model_name="fake", status="400") == 1
 
 
+def test_label_values_never_come_from_client_text(client: openai.OpenAI, obs_gateway: LiveServer) -> None:
+    """An unknown model's name and an x-blink-tier header the model has no tiers for are the
+    client's text: as labels, each distinct value would add ~90 series for as long as the process
+    lives (an unbounded registry and /metrics). They are counted under the empty model and the
+    default tier."""
+    for i in range(3):
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(model=f"probe-model-{i}", messages=[{"role": "user", "content": "hi"}])
+        client.chat.completions.create(model="fake", messages=[{"role": "user", "content": "hi"}],
+                                       extra_headers={"x-blink-tier": f"probe-tier-{i}"})
+    text = httpx.get(f"{obs_gateway.url}/metrics").text
+    assert "probe-model-" not in text and "probe-tier-" not in text
+    assert value(scrape(obs_gateway.url), "blink_requests_total", model_name="", status="404") >= 3
+
+
 def test_mid_stream_error_is_recorded_with_its_status(client: openai.OpenAI, obs_gateway: LiveServer) -> None:
     before = scrape(obs_gateway.url)
     with pytest.raises(openai.APIError):

@@ -184,6 +184,8 @@ async def _refused(url: str, *messages: str | bytes) -> tuple[int | None, list[d
     ([bytes(1001)], 1003, "audio", "unsupported_audio_format"),  # odd length: not 16-bit samples
     ([bytes(MAX_CHUNK + 2)], 1009, "audio", "message_too_big"),
     (["hello {not json"], 1007, "type", None),
+    # json.loads raises RecursionError (a RuntimeError), which closed the socket as normal (1000), silently.
+    (["[" * 100_000 + "]" * 100_000], 1007, "type", None),
 ])
 async def test_bad_input_gets_an_error_event_and_a_close_code(
         served: tuple[str, Backend], messages: list[str | bytes], close_code: int, param: str,

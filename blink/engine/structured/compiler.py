@@ -13,13 +13,16 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from blink.engine.errors import InvalidParameterError
 from blink.engine.structured.grammar_engine import (
     DEFAULT_ENGINE,
     CompiledGrammar,
     GrammarEngine,
+    Matcher,
     engine_for_kind,
     grammar_engine,
 )
+from blink.engine.structured.spec import PARAM
 
 if TYPE_CHECKING:
     import torch
@@ -81,14 +84,59 @@ class GrammarCompiler:
             self._cache.move_to_end(key)
             return fut
         vocabulary = self._vocabulary(name)
-        fut = self._pool.submit(lambda: self._engines[name].compile(vocabulary.result(), kind, spec))
+        fut = self._pool.submit(lambda: self._nonempty(self._engines[name].compile(vocabulary.result(), kind, spec)))
         self._cache[key] = fut
         while len(self._cache) > self.capacity:
             self._cache.popitem(last=False)  # a request still compiling keeps its own future
         return fut
+
+    def _nonempty(self, compiled: CompiledGrammar) -> CompiledGrammar:
+        """``compiled``, unless no token may start its output: a schema whose ``$ref`` chain never
+        reaches a type, a grammar rule defined only by itself, a regex no string matches. Both
+        libraries compile those; the first step then samples a token the grammar refuses and the
+        request fails as an engine error, a 500 for the client's own mistake. A first mask
+        (a fraction of a millisecond, once per distinct spec) finds them here, as a 400. The mask
+        can over-approximate (llguidance allows '{' for an object that must contain itself, then
+        refuses it), so a token it allows must also be accepted."""
+        from blink.engine.structured.masks import new_bitmask
+
+        bitmask = new_bitmask(1, self.vocab_size)
+        matcher = compiled.new_matcher()
+        try:
+            matcher.fill_next_token_bitmask(bitmask, 0)
+        except RuntimeError:  # llguidance reports an empty language as a fill error
+            bitmask.zero_()
+        if not _some_allowed_token_is_accepted(matcher, bitmask[0]):
+            raise InvalidParameterError("The structured output spec admits no output: no token can start it "
+                                        "(check for a $ref cycle, a rule that only refers to itself or a regex "
+                                        "that matches nothing).", param=PARAM)
+        return compiled
 
     def __len__(self) -> int:
         return len(self._cache)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+# Allowed first tokens tried before a spec is called empty: the first is accepted in any sound
+# grammar; a mask whose first 256 are all refused is broken however many it lists.
+_FIRST_TOKENS_TRIED = 256
+
+
+def _some_allowed_token_is_accepted(matcher: Matcher, row: torch.Tensor) -> bool:
+    """Whether one of the first ``_FIRST_TOKENS_TRIED`` tokens ``row`` allows is accepted (the
+    matcher is left as it was)."""
+    tried = 0
+    for w, word in enumerate(row.tolist()):
+        word &= 0xFFFFFFFF  # int32 words: bit 31 reads as the sign
+        while word:
+            if tried == _FIRST_TOKENS_TRIED:
+                return False
+            bit = (word & -word).bit_length() - 1
+            word &= word - 1
+            tried += 1
+            if matcher.accept_token(w * 32 + bit):
+                matcher.rollback(1)
+                return True
+    return False

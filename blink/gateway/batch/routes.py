@@ -14,6 +14,7 @@ import uuid
 from typing import Any, BinaryIO
 
 from starlette.datastructures import FormData, UploadFile
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -24,7 +25,7 @@ from blink.gateway.batch.runner import BatchRunner, new_file_id
 from blink.gateway.batch.store import CHUNK_BYTES, BatchRecord, BatchStore, FileRecord, StorageQuotaExceeded
 from blink.gateway.http.dispatch import Routes
 from blink.gateway.http.json_response import json_response
-from blink.gateway.http.request_parsing import parse_json_object, require_json
+from blink.gateway.http.request_parsing import bounded_int, parse_json_object, require_json
 from blink.protocol.errors import InvalidRequestError, NotFoundError, RequestTooLargeError
 
 # OpenAI's only completion window; the job itself runs as soon as capacity allows.
@@ -68,30 +69,34 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
             raise InvalidRequestError("Upload a file as multipart/form-data with fields 'file' and 'purpose'.",
                                       param="file", code="invalid_content_type")
         caller = caller_of(request)
-        async with request.form(max_files=1, max_fields=len(_UPLOAD_FIELDS)) as form:
-            unknown = sorted(set(form.keys()) - _UPLOAD_FIELDS)
-            if unknown:
-                raise InvalidRequestError(f"Unrecognized request argument supplied: {unknown[0]}",
-                                          param=unknown[0], code="unknown_parameter")
-            purpose = form.get("purpose")
-            upload = form.get("file")
-            if purpose != "batch":
-                raise InvalidRequestError(f"'purpose' must be 'batch', got {purpose!r}.", param="purpose",
-                                          code="invalid_value")
-            if not isinstance(upload, UploadFile):
-                raise InvalidRequestError("Missing the 'file' part.", param="file", code="missing_required_parameter")
-            now = int(time.time())
-            expires_at = _expiry(form, now, settings)
-            size = await asyncio.to_thread(_checked_size, upload.file, settings)
-            rec = FileRecord(new_file_id(), purpose, upload.filename or "upload.jsonl", size, now,
-                             caller.key_id, caller.tenant, expires_at)
-            try:
-                await store.put_file(rec, upload.file, settings.storage_quota_bytes)
-            except StorageQuotaExceeded as exc:
-                raise RequestTooLargeError(
-                    f"Storing this file ({size} bytes) would exceed your storage quota: {exc.used} of "
-                    f"{exc.quota} bytes are in use. Delete files (DELETE /v1/files/{{file_id}}) or let them "
-                    "expire.", param="file", code="storage_quota_exceeded") from None
+        try:
+            async with request.form(max_files=1, max_fields=len(_UPLOAD_FIELDS)) as form:
+                unknown = sorted(set(form.keys()) - _UPLOAD_FIELDS)
+                if unknown:
+                    raise InvalidRequestError(f"Unrecognized request argument supplied: {unknown[0]}",
+                                              param=unknown[0], code="unknown_parameter")
+                purpose = form.get("purpose")
+                upload = form.get("file")
+                if purpose != "batch":
+                    raise InvalidRequestError(f"'purpose' must be 'batch', got {purpose!r}.", param="purpose",
+                                              code="invalid_value")
+                if not isinstance(upload, UploadFile):
+                    raise InvalidRequestError("Missing the 'file' part.", param="file", code="missing_required_parameter")
+                now = int(time.time())
+                expires_at = _expiry(form, now, settings)
+                size = await asyncio.to_thread(_checked_size, upload.file, settings)
+                rec = FileRecord(new_file_id(), purpose, upload.filename or "upload.jsonl", size, now,
+                                 caller.key_id, caller.tenant, expires_at)
+                try:
+                    await store.put_file(rec, upload.file, settings.storage_quota_bytes)
+                except StorageQuotaExceeded as exc:
+                    raise RequestTooLargeError(
+                        f"Storing this file ({size} bytes) would exceed your storage quota: {exc.used} of "
+                        f"{exc.quota} bytes are in use. Delete files (DELETE /v1/files/{{file_id}}) or let them "
+                        "expire.", param="file", code="storage_quota_exceeded") from None
+        except HTTPException as exc:  # Starlette's multipart parser: no boundary, too many parts, bad part headers
+            raise InvalidRequestError(f"The multipart body could not be read: {exc.detail}", param="file",
+                                      code="invalid_multipart") from None
         return json_response(file_object(rec))
 
     @router.get("/v1/files")
@@ -215,10 +220,11 @@ async def _file(store: BatchStore, file_id: str, caller: Caller, param: str = "f
 def _limit(raw: str | None, default: int, most: int) -> int:
     if raw is None:
         return default
-    if not raw.isdigit() or not 1 <= int(raw) <= most:
+    limit = bounded_int(raw, 1, most)
+    if limit is None:
         raise InvalidRequestError(f"'limit' must be an integer from 1 to {most}.", param="limit",
                                   code="invalid_value")
-    return int(raw)
+    return limit
 
 
 def _expiry(form: FormData, now: int, settings: BatchSettings) -> int | None:
@@ -231,10 +237,11 @@ def _expiry(form: FormData, now: int, settings: BatchSettings) -> int | None:
         raise InvalidRequestError("'expires_after.anchor' must be 'created_at'.", param="expires_after.anchor",
                                   code="invalid_value")
     lo, hi = settings.min_expires_after_s, settings.max_expires_after_s
-    if not isinstance(seconds, str) or not seconds.isdigit() or not lo <= int(seconds) <= hi:
+    valid = bounded_int(seconds, lo, hi) if isinstance(seconds, str) else None
+    if valid is None:
         raise InvalidRequestError(f"'expires_after.seconds' must be an integer from {lo} to {hi}.",
                                   param="expires_after.seconds", code="invalid_value")
-    return now + int(seconds)
+    return now + valid
 
 
 def _checked_size(file: BinaryIO, settings: BatchSettings) -> int:

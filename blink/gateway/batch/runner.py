@@ -196,6 +196,11 @@ def _code(res: LineResult) -> str | None:
     return error.get("code") if isinstance(error, dict) else None
 
 
+def _param(res: LineResult) -> str | None:
+    error = res.body.get("error")
+    return error.get("param") if isinstance(error, dict) else None
+
+
 def _retry_after_s(res: LineResult) -> float | None:
     value = res.headers.get("retry-after")
     try:
@@ -205,8 +210,14 @@ def _retry_after_s(res: LineResult) -> float | None:
 
 
 def retryable(res: LineResult) -> bool:
-    """Whether a line's failure was for want of capacity (run it again later) rather than final."""
+    """Whether a line's failure was for want of capacity (run it again later) rather than final.
+
+    A sequence-quota 429 naming ``n`` is final: the line alone asks for more sequences than its key
+    may ever run (sequence_quota.py), so waiting cannot help, and retrying it kept its batch
+    ``in_progress`` for the whole ``line_retry_s`` (an hour by default)."""
     code = _code(res)
+    if res.status == 429 and code == "too_many_sequences" and _param(res) == "n":
+        return False
     return (res.status == 503 and code in _RETRYABLE_503) or (res.status == 429 and code not in _FINAL_429)
 
 

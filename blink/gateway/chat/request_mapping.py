@@ -10,6 +10,7 @@ from typing import Any
 from blink.backends.base import GenerationRequest, SamplingOptions
 from blink.backends.request_body import request_from_body
 from blink.gateway.chat.structured_request import structured_output
+from blink.gateway.http.request_parsing import bounded_int
 from blink.protocol.chat import ChatCompletionRequest
 from blink.protocol.common import SamplingFields
 from blink.protocol.completions import CompletionRequest, Prompt
@@ -165,12 +166,13 @@ def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
         )
     out: dict[int, float] = {}
     for key, value in bias.items():
-        if not key.isascii() or not key.isdigit() or int(key) > INT32_MAX:
+        token_id = bounded_int(key, 0, INT32_MAX)
+        if token_id is None:
             raise InvalidRequestError(
                 f"Invalid key in 'logit_bias': {key[:40]!r} is not a token id (a non-negative integer).",
                 param="logit_bias", code="invalid_value",
             )
-        out[int(key)] = float(value)
+        out[token_id] = float(value)
     return out
 
 

@@ -65,6 +65,7 @@ def build_router(
             metrics=metrics,
             timeout_s=settings.request_timeout_s,
             on_complete=gen.on_complete,
+            on_abandon=gen.on_abandon,
             extra_headers=gen.headers,
             usage_headers=gen.usage_headers,
             on_close=gen.close,

@@ -21,11 +21,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from blink.gateway.auth.keys import SCOPE_DASHBOARD, ApiKey, KeyStore, _presented_key
+from blink.gateway.http.request_parsing import bounded_int
 from blink.protocol.errors import AuthenticationError, PermissionDeniedError
 
 COOKIE = "blink_dashboard"
 # An hour: a working session, short enough that a cookie copied off a shared machine goes stale.
 SESSION_S = 3600
+# The latest expiry a cookie can carry (a Unix time in 2286): anything longer is not one we signed.
+_MAX_EXPIRY = 9_999_999_999
 
 
 class DashboardAccess:
@@ -71,8 +74,9 @@ class DashboardAccess:
         """The key id a valid, unexpired cookie names; None otherwise."""
         key_id, _, rest = cookie.partition(".")
         expires, _, _sig = rest.partition(".")
-        if not key_id or not expires.isdigit() or int(expires) < time.time():
+        until = bounded_int(expires, 0, _MAX_EXPIRY)
+        if not key_id or until is None or until < time.time():
             return None
-        if not hmac.compare_digest(self._sign(key_id, int(expires)), cookie):
+        if not hmac.compare_digest(self._sign(key_id, until), cookie):
             return None
         return key_id

@@ -32,6 +32,19 @@ def require_json(content_type: str | None) -> None:
     )
 
 
+def bounded_int(text: str | None, lo: int, hi: int) -> int | None:
+    """``text`` as an integer when it is plain ASCII digits within ``[lo, hi]``, else None.
+
+    ``str.isdigit`` alone is not a check: it is true of superscripts ('²') and other digits that
+    ``int()`` refuses, and ``int()`` refuses strings over 4,300 digits; either escaped as a 500.
+    The length test comes first so no oversized string is ever converted.
+    """
+    if text is None or not text.isascii() or not text.isdigit() or len(text) > len(str(hi)):
+        return None
+    value = int(text)
+    return value if lo <= value <= hi else None
+
+
 def parse_json_object(body: bytes) -> dict[str, Any]:
     if not body.strip():
         raise InvalidRequestError("The request body is empty; expected a JSON object.", code="invalid_json")

@@ -60,7 +60,7 @@ def add_messages_routes(router: Routes, registry: BackendRegistry, settings: Ser
             return MessagesReplayResponse(req, gen.replay, stream=body.stream, headers=gen.headers)
         return GenerationResponse(
             gen.source, req, stream=body.stream, include_usage=False, t0=t0, metrics=metrics,
-            timeout_s=settings.request_timeout_s, on_complete=gen.on_complete, extra_headers=gen.headers,
+            timeout_s=settings.request_timeout_s, on_complete=gen.on_complete, on_abandon=gen.on_abandon, extra_headers=gen.headers,
             usage_headers=gen.usage_headers, on_close=gen.close, wire=MessagesEncoder(req),
         )
 

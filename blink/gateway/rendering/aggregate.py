@@ -31,8 +31,12 @@ class ResponseAggregator:
         self._return_token_ids = return_token_ids
         self._choices = [_Choice() for _ in range(n)]
         self.usage: Usage | None = None
+        # Output tokens delivered so far (token ids, else one per output-carrying delta): what an
+        # abandoned response is charged when no usage came (GenerationResponse's ``on_abandon``).
+        self.output_tokens = 0
 
     def add(self, d: Delta) -> None:
+        self.output_tokens += len(d.token_ids) or (1 if d.text or d.tool_calls else 0)
         while d.index >= len(self._choices):
             self._choices.append(_Choice())
         choice = self._choices[d.index]
@@ -52,6 +56,11 @@ class ResponseAggregator:
             choice.prompt_logprobs = d.prompt_logprobs
         if d.usage is not None:
             self.usage = d.usage
+
+    def usage_so_far(self) -> Usage:
+        """The usage reported, or, for a response that ended before its usage came, the output
+        tokens delivered (its prompt tokens are not known here)."""
+        return self.usage if self.usage is not None else Usage(completion_tokens=self.output_tokens)
 
     def render(self, request_id: str, model: str, created: int) -> dict[str, Any]:
         chat = self._kind == "chat"

@@ -47,6 +47,7 @@ class GenerationResponse(Response):
         metrics: GatewayMetrics,
         timeout_s: float | None,
         on_complete: Callable[[ResponseAggregator], None] | None = None,
+        on_abandon: Callable[[ResponseAggregator], None] | None = None,
         extra_headers: list[tuple[bytes, bytes]] | None = None,
         usage_headers: Callable[[Usage | None], list[tuple[bytes, bytes]]] | None = None,
         keepalive_s: float | None = _KEEPALIVE_S,
@@ -65,6 +66,12 @@ class GenerationResponse(Response):
         # Called with the whole response once it was delivered in full (cache fill, token
         # counting); it must only schedule work, never block the stream.
         self._on_complete = on_complete
+        # Called instead when the response ended before it was whole (the client left, the
+        # backend failed mid-way, the time ran out) with what was delivered: the tokens generated
+        # are charged (rate limit, spend) however the response ends, or hanging up just before the
+        # end would make every answer free.
+        self._on_abandon = on_abandon
+        self._agg: ResponseAggregator | None = None
         self._extra_headers = extra_headers or []
         # Headers that need the whole response's usage (cost): sent only on non-streamed responses.
         self._usage_headers = usage_headers
@@ -111,6 +118,8 @@ class GenerationResponse(Response):
         except TimeoutError:
             await self._fail(send, BackendTimeoutError(f"The request did not finish within {self._timeout_s:g} s."))
         finally:
+            if self._on_abandon is not None and self._agg is not None:
+                self._on_abandon(self._agg)
             if self._on_close is not None:
                 self._on_close()
             if stamp is not None:
@@ -140,7 +149,8 @@ class GenerationResponse(Response):
             await send(self._start_message(b"text/event-stream", None))
             self._started = True
         req = self._req
-        agg = ResponseAggregator(req.kind, req.num_choices, False) if self._on_complete is not None else None
+        wanted = self._on_complete is not None or self._on_abandon is not None
+        agg = self._agg = ResponseAggregator(req.kind, req.num_choices, False) if wanted else None
         # Deltas already in memory together (``Delta.more``) go out in one write: one syscall
         # and one pass through the ASGI send chain instead of one per token. The per-delta work
         # is inline (no coroutine per delta): this loop runs once per token of every stream.
@@ -166,6 +176,7 @@ class GenerationResponse(Response):
             await self._fail(send, InternalServerError("The backend failed mid-stream."), pending)
             return
         await send({"type": "http.response.body", "body": b"".join(pending), "more_body": False})
+        self._agg = None  # delivered whole: complete, not abandoned
         if agg is not None and self._on_complete is not None:
             self._on_complete(agg)
 
@@ -201,7 +212,8 @@ class GenerationResponse(Response):
     async def _send_whole(self, it: AsyncIterator[Delta], send: Send, stamp: StreamStamp | None) -> None:
         req = self._req
         wire = self._wire
-        agg = ResponseAggregator(req.kind, req.num_choices, req.options.logprobs, req.options.return_token_ids)
+        agg = self._agg = ResponseAggregator(req.kind, req.num_choices, req.options.logprobs,
+                                             req.options.return_token_ids)
         ttft: float | None = None
         try:
             async for delta in it:
@@ -223,6 +235,7 @@ class GenerationResponse(Response):
             self._extra_headers = self._extra_headers + self._usage_headers(agg.usage)
         await send(self._start_message(b"application/json", ttft, len(body)))
         await send({"type": "http.response.body", "body": body, "more_body": False})
+        self._agg = None  # delivered whole: complete, not abandoned
         if self._on_complete is not None:
             self._on_complete(agg)
 

@@ -27,7 +27,7 @@ from blink.gateway.chat.request_mapping import apply_routing_headers
 from blink.gateway.front import GatewayFront
 from blink.gateway.http.dispatch import Routes
 from blink.gateway.http.json_response import json_response
-from blink.gateway.http.request_parsing import parse_json_object, require_json, validate
+from blink.gateway.http.request_parsing import bounded_int, parse_json_object, require_json, validate
 from blink.gateway.pipeline import Directives, GenerationPipeline
 from blink.gateway.rendering.generation_response import GenerationResponse
 from blink.gateway.responses.http_response import ResponsesWire
@@ -112,7 +112,7 @@ def build_responses_router(store: ResponseStore, settings: ResponsesSettings, se
         return GenerationResponse(
             gen.source if gen.replay is None else _Replay(gen.replay), req,
             stream=bool(body.stream), include_usage=False, t0=t0, metrics=state.metrics,
-            timeout_s=server.request_timeout_s, on_complete=gen.on_complete, extra_headers=gen.headers,
+            timeout_s=server.request_timeout_s, on_complete=gen.on_complete, on_abandon=gen.on_abandon, extra_headers=gen.headers,
             usage_headers=gen.usage_headers, on_close=gen.close, wire=ResponsesWire(renderer, stored),
         )
 
@@ -162,11 +162,11 @@ def _refuse_include(request: Request) -> None:
 
 def _page(request: Request) -> tuple[int, str, str | None]:
     q = request.query_params
-    raw_limit = q.get("limit", str(_DEFAULT_PAGE))
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= _MAX_PAGE:
+    limit = bounded_int(q.get("limit", str(_DEFAULT_PAGE)), 1, _MAX_PAGE)
+    if limit is None:
         raise InvalidRequestError(f"'limit' must be an integer from 1 to {_MAX_PAGE}.", param="limit",
                                   code="invalid_value")
     order = q.get("order", "desc")
     if order not in ("asc", "desc"):
         raise InvalidRequestError("'order' must be 'asc' or 'desc'.", param="order", code="invalid_value")
-    return int(raw_limit), order, q.get("after")
+    return limit, order, q.get("after")

@@ -27,7 +27,7 @@ from blink.gateway.router.attempt_request import continuation, with_logprobs
 from blink.gateway.router.cascade import CascadeConfig, ConfidenceProbe
 from blink.gateway.router.policy import PolicyChain, RoutingPolicy, request_text
 from blink.gateway.router.tier import Replica, Tier
-from blink.obs import count
+from blink.obs import annotate, count
 from blink.protocol.errors import BackendUnavailableError, BlinkError, OverloadedError
 
 
@@ -161,6 +161,7 @@ class RoutedBackend:
 
     async def _serve(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         route = await self.chain.choose(req, [t.view() for t in self._by_cost])
+        annotate(tier=route.tier)  # the tier chosen, one of the configured names: a bounded label
         order = self._fallback_order(route.tier)
         hashes = block_hashes(request_text(req)) if self._affinity else []
         ticket, admitted = await self._admit(req, order)

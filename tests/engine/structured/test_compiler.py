@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from blink.engine.errors import InvalidParameterError
 from blink.engine.structured.compiler import GrammarCompiler
 from blink.engine.structured.masks import new_bitmask
 from blink.engine.structured.matcher import GrammarState
+from blink.engine.structured.spec import PARAM
 from blink.engine.tokenizer import Tokenizer
 
 
@@ -42,6 +44,37 @@ def test_a_failed_compile_is_cached_as_failed(tokenizer: Tokenizer, engine: str,
         with pytest.raises((RuntimeError, ValueError)):
             fut.result()
         assert gc.get(kind, spec) is fut
+    finally:
+        gc.close()
+
+
+@pytest.mark.parametrize(("kind", "spec"), [
+    ("json_schema", json.dumps({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})),
+    ("regex", "[^\\s\\S]"),
+    ("grammar", "root ::= root"),
+])
+def test_a_spec_with_no_output_is_refused_as_the_requests_fault(
+        tokenizer: Tokenizer, engine: str, kind: str, spec: str) -> None:
+    """Both libraries compile these; the first mask then allows nothing (the engine used to sample
+    a refused token and fail the request as its own error)."""
+    gc = GrammarCompiler(tokenizer.hf, tokenizer.vocab_size, sorted(tokenizer.eos_token_ids), engine=engine)
+    try:
+        with pytest.raises(InvalidParameterError, match="admits no output") as info:
+            gc.get(kind, spec).result()
+        assert info.value.param == PARAM
+    finally:
+        gc.close()
+
+
+def test_an_allowed_first_token_must_also_be_accepted(tokenizer: Tokenizer) -> None:
+    """llguidance's mask allows '{' for an object that must contain itself, then refuses it
+    (xgrammar nests it until max_tokens, which is no error)."""
+    schema = {"$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "required": ["x"]}},
+              "$ref": "#/$defs/a"}
+    gc = GrammarCompiler(tokenizer.hf, tokenizer.vocab_size, sorted(tokenizer.eos_token_ids), engine="llguidance")
+    try:
+        with pytest.raises(InvalidParameterError, match="admits no output"):
+            gc.get("json_schema", json.dumps(schema)).result()
     finally:
         gc.close()
 

@@ -125,9 +125,16 @@ def test_bad_upload_fields_are_400(server: tuple[LiveServer, Path]) -> None:
         _error(upload({"expires_after[anchor]": "created_at"}), 400, "invalid_value", "expires_after.seconds")
         _error(upload({"expires_after[anchor]": "created_at", "expires_after[seconds]": str(10**9)}), 400,
                "invalid_value", "expires_after.seconds")
+        _error(upload({"expires_after[anchor]": "created_at", "expires_after[seconds]": "\u00b2"}), 400,
+               "invalid_value", "expires_after.seconds")
         _error(upload({"user": "x"}), 400, "unknown_parameter", "user")
         _error(upload({}, b"{}\n" * 501), 400, "too_many_requests", "file")
         _error(upload({}, b"\n  \n"), 400, "empty_file", "file")
+        # Bodies Starlette's multipart parser refuses: a 400 naming the file, never a 500.
+        _error(h.post(f"{url}/v1/files", content=b"x", headers={"content-type": "multipart/form-data"}), 400,
+               "invalid_multipart", "file")
+        _error(h.post(f"{url}/v1/files", files=[("file", ("a.jsonl", good)), ("file", ("b.jsonl", good))],
+                      data={"purpose": "batch"}), 400, "invalid_multipart", "file")
 
 
 def test_storage_quota_is_per_tenant(server: tuple[LiveServer, Path]) -> None:
@@ -200,3 +207,7 @@ def test_list_files_pages(server: tuple[LiveServer, Path]) -> None:
     assert [f.id for f in client.files.list(purpose="batch_output")] == []
     with pytest.raises(openai.BadRequestError):
         client.files.list(limit=0)
+    for hostile in ("\u00b2", "1" * 5000):  # str.isdigit says yes, int() says no: a 400, not a 500
+        for listing in (client.files.list, client.batches.list):
+            with pytest.raises(openai.BadRequestError):
+                listing(limit=hostile)  # type: ignore[arg-type]

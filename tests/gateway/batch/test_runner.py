@@ -69,6 +69,7 @@ def test_without_retry_time_a_down_upstream_is_a_final_503(flaky: FakeUpstream,
 
 
 @pytest.mark.parametrize(("status", "code", "again"), [
+    (429, "too_many_sequences", True),  # the key's other sequences will finish
     (503, "backend_unavailable", True),
     (503, "engine_unavailable", True),
     (429, "rate_limit_exceeded", True),
@@ -83,6 +84,13 @@ def test_without_retry_time_a_down_upstream_is_a_final_503(flaky: FakeUpstream,
 def test_which_failures_are_retried(status: int, code: str | None, again: bool) -> None:
     body = {"error": {"message": "m", "type": "t", "param": None, "code": code}} if status != 200 else {"id": "x"}
     assert retryable(LineResult(status, "req", body)) is again
+
+
+def test_a_line_asking_more_sequences_than_its_key_may_run_is_final() -> None:
+    """n beyond the key's max_sequences can never run: retried, it held its batch in_progress
+    for line_retry_s (an hour by default)."""
+    body = {"error": {"message": "m", "type": "rate_limit_error", "param": "n", "code": "too_many_sequences"}}
+    assert retryable(LineResult(429, "req", body)) is False
 
 
 async def test_a_rate_limited_line_waits_for_its_retry_after(tmp_path: object) -> None:

@@ -237,6 +237,10 @@ def test_a_session_cookie_stands_for_the_key_until_it_is_revoked(keyed: tuple[Li
     assert httpx.get(f"{server.url}/dashboard/stats", cookies={"blink_dashboard": value}).status_code == 200
     forged = value[:-4] + ("0000" if not value.endswith("0000") else "1111")
     assert httpx.get(f"{server.url}/dashboard/stats", cookies={"blink_dashboard": forged}).status_code == 401
+    # Expiries int() refuses (a superscript digit, 5,000 digits) are unsigned cookies too, not 500s.
+    for expires in ("\u00b2".encode("latin-1"), b"1" * 5000):
+        hostile = {b"cookie": b"blink_dashboard=" + key.key_id.encode() + b"." + expires + b".00"}
+        assert httpx.get(f"{server.url}/dashboard/stats", headers=hostile).status_code == 401
     store.revoke(key.key_id)
     assert httpx.get(f"{server.url}/dashboard/stats", cookies={"blink_dashboard": value}).status_code == 401
 

@@ -79,6 +79,27 @@ def test_tokens_are_counted_after_the_response(upstream: FakeUpstream) -> None:
         assert r.headers["x-ratelimit-remaining-tokens"] == "0"
 
 
+def test_a_stream_the_client_hangs_up_on_is_charged_its_tokens(upstream: FakeUpstream) -> None:
+    """Tokens were charged only when a response was delivered whole: reading all but the end of
+    a stream and hanging up made every answer free of the token limit (and of spend)."""
+    limits = RateLimitSettings(tokens_per_minute=10)
+    body = {"model": "fake", "messages": MSGS, "stream": True, "user": "tokens=40;delay=0.01"}
+    with LiveServer(build_app(_settings(upstream, limits))) as server, httpx.Client(timeout=30) as client:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with client.stream("POST", f"{server.url}/v1/chat/completions", json=body) as r:
+                if r.status_code == 429:
+                    break
+                assert r.status_code == 200
+                chunks = 0
+                for line in r.iter_lines():
+                    chunks += line.startswith("data: {")
+                    if chunks == 15:  # 15 of 40 tokens delivered: hang up
+                        break
+            time.sleep(0.05)  # the charge is recorded in the background
+        assert r.status_code == 429 and r.headers["x-ratelimit-remaining-tokens"] == "0"
+
+
 def test_per_model_limit(upstream: FakeUpstream) -> None:
     limits = RateLimitSettings(models={"fake": ModelRateLimit(requests_per_minute=1)})
     with LiveServer(build_app(_settings(upstream, limits))) as server:

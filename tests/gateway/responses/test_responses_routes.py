@@ -256,7 +256,8 @@ def test_bad_list_parameters_are_400(keys: Keys) -> None:
     r = _create(keys.owner, input="x", user="tokens=1")
     auth = {"authorization": f"Bearer {keys.owner_secret}"}
     for query, param in (("limit=0", "limit"), ("limit=abc", "limit"), ("order=up", "order"),
-                         ("after=msg_nope", "after"), ("include=x", "include")):
+                         ("after=msg_nope", "after"), ("include=x", "include"),
+                         ("limit=%C2%B2", "limit"), ("limit=" + "1" * 5000, "limit")):
         resp = httpx.get(f"{keys.url}/v1/responses/{r.id}/input_items?{query}", headers=auth)
         assert (resp.status_code, resp.json()["error"]["param"]) == (400, param)
 
