@@ -52,11 +52,10 @@ class PromptEncoder:
             if req.kind == "chat":
                 chat = chat or ChatInputs(req.messages or [])
                 # As vLLM: chat_template_kwargs override the request's own template switches.
-                text = self.tokenizer.render_chat(chat.messages, tools=chat.tools,
-                                                  **{**_template_switches(req), **chat.template_kwargs})
-                self._refuse_if_certainly_too_long(text, param)
-                # The template places any BOS itself.
-                return self.tokenizer.encode(text, add_special_tokens=False)
+                rendered = self.tokenizer.render_chat_prompt(chat.messages, tools=chat.tools,
+                                                             **{**_template_switches(req), **chat.template_kwargs})
+                self._refuse_if_certainly_too_long(rendered.text, param)
+                return self.tokenizer.encode_chat(rendered)
             if isinstance(prompt, list):
                 return list(prompt)
             text = prompt if isinstance(prompt, str) else ""

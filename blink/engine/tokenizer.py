@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from blink.engine.chat_literals import ChatLiterals, RenderedChat
 from blink.engine.errors import InvalidParameterError
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class Tokenizer:
         # its one-token window once per generated token, and decode is a pure function of the ids.
         self._one_token: dict[tuple[int, bool], str] = {}
         self._byte_form = _byte_form(self._backend)
+        self._literals = ChatLiterals(_special_strings(hf_tokenizer))
 
     @classmethod
     def from_pretrained(cls, path: str | Path, trust_remote_code: bool = False) -> Tokenizer:
@@ -188,10 +190,44 @@ class Tokenizer:
         **template_kwargs: Any,
     ) -> str:
         """The prompt text for ``messages``; InvalidParameterError(param='messages') if rejected."""
+        return self.render_chat_prompt(messages, add_generation_prompt, tools, **template_kwargs).text
+
+    def apply_chat_template(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+        **template_kwargs: Any,
+    ) -> list[int]:
+        """Token ids of the rendered chat (``encode_chat``)."""
+        return self.encode_chat(self.render_chat_prompt(messages, add_generation_prompt, tools, **template_kwargs))
+
+    def render_chat_prompt(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+        **template_kwargs: Any,
+    ) -> RenderedChat:
+        """The rendered chat, its text checkable (length) before ``encode_chat`` pays to encode it."""
+        marked, nonce = self._render_marked(messages, add_generation_prompt, tools, template_kwargs)
+        return RenderedChat(self._literals.unmark(marked, nonce), marked, nonce)
+
+    def encode_chat(self, rendered: RenderedChat) -> list[int]:
+        """Token ids of a rendered chat. The template places any BOS itself, so none is added; a
+        special-token string a client put inside the messages is encoded as text (chat_literals.py)."""
+        return self._literals.encode(rendered.marked, rendered.nonce,
+                                     lambda t: self.encode(t, add_special_tokens=False), self._encode_literal)
+
+    def _render_marked(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: list[dict[str, Any]] | None,
+        template_kwargs: dict[str, Any],
+    ) -> tuple[str, str | None]:
         from jinja2 import TemplateError
 
         if not self.has_chat_template:
             raise InvalidParameterError("this model has no chat template", param="messages")
+        (messages, tools, template_kwargs), nonce = self._literals.mark((messages, tools, template_kwargs))
         try:
             text = self.hf.apply_chat_template(
                 messages,
@@ -208,18 +244,25 @@ class Tokenizer:
             ) from e
         if not isinstance(text, str):
             raise InvalidParameterError("chat template did not produce text", param="messages")
-        return text
+        return text, nonce
 
-    def apply_chat_template(
-        self,
-        messages: list[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-        **template_kwargs: Any,
-    ) -> list[int]:
-        """Token ids of the rendered chat; the template itself places any BOS, so none is added."""
-        text = self.render_chat(messages, add_generation_prompt, tools, **template_kwargs)
-        return self.encode(text, add_special_tokens=False)
+    def _encode_literal(self, special: str) -> list[int]:
+        """A control token's string as ordinary text: cut after its first character, neither half
+        is a control token; one character at a time if a vocabulary still finds one."""
+        ids = self.encode(special[:1], add_special_tokens=False) + self.encode(special[1:], add_special_tokens=False)
+        if self.all_special_ids.isdisjoint(ids):
+            return ids
+        return [i for ch in special for i in self.encode(ch, add_special_tokens=False)]
+
+
+def _special_strings(hf_tokenizer: Any) -> list[str]:
+    """The strings encoding turns into control tokens: the named special tokens and every added
+    token flagged special (Llama 3's reserved ones, ChatML's turn markers)."""
+    strings = {str(t) for t in getattr(hf_tokenizer, "all_special_tokens", []) or []}
+    for token in (getattr(hf_tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            strings.add(str(getattr(token, "content", token)))
+    return sorted(strings)
 
 
 def _components(spec: dict[str, Any] | None, key: str) -> list[dict[str, Any]]:
