@@ -4,6 +4,7 @@ tenant, only through the hit guard, and only within the token and storage bounds
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -82,6 +83,10 @@ def _wait(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+def _cache_entries(app: GatewayApp) -> int:
+    return int(asyncio.run(app.state.front.cache.store.stats()).entries)
+
+
 def _jobs(app: GatewayApp, kind: str, outcome: str = "done") -> int:
     return app.state.precompute.stats.jobs[(kind, outcome)]
 
@@ -158,7 +163,9 @@ def test_a_hot_entry_is_regenerated_in_place_for_its_own_tenant(
     server, app = refreshing
     _, key_a, key_b = tenants
     msgs = [SYSTEM, {"role": "user", "content": "What are your opening hours?"}]
+    entries = _cache_entries(app)
     assert _ask(server, key_a, msgs).headers["x-blink-cache"] == "miss"
+    _wait(lambda: _cache_entries(app) > entries, "the fill")
     time.sleep(0.3)
     assert _jobs(app, "refresh") == 0  # filled, but not hit: not worth its tokens again
     for _ in range(2):

@@ -142,6 +142,10 @@ def test_clean_answers_are_cached_and_answers_with_pii_are_not(gateway: LiveServ
     assert _ask(client, "say: Apples are red.")[1] == "miss"
     assert _ask(client, "say: Mail jane.doe@example.com please.")[1] == "miss"
     _wait(lambda: _checked(gateway) == before + 2)
-    time.sleep(0.2)  # the clean answer's fill is a background task of its own
-    assert _ask(client, "say: Apples are red.")[1] == "exact"
+
+    def clean_answer_cached() -> bool:  # its fill is a background task of its own: ask until it lands
+        time.sleep(0.05)
+        return _ask(client, "say: Apples are red.")[1] == "exact"
+
+    _wait(clean_answer_cached)
     assert _ask(client, "say: Mail jane.doe@example.com please.")[1] == "miss"
