@@ -62,7 +62,9 @@ def known_slow() -> Iterator[str]:
 def test_closed_loop_recovers_known_latencies(known: str) -> None:
     run = asyncio.run(run_bench([Endpoint(known, "known")], Synthetic(16, TOKENS), LoadShape(concurrency=4),
                                 num_requests=12, max_duration_s=30, warmup=4))
-    s = run.summary(parse_slo("ttft=600ms,itl=120ms"))["endpoints"][0]
+    # SLOs well clear of the server's 400 ms / 80 ms, so a busy test machine's scheduling delay
+    # does not count as a miss; the tight one below is under the TTFT every request has.
+    s = run.summary(parse_slo("ttft=1000ms,itl=300ms"))["endpoints"][0]
     assert s["completed"] == 12 and s["errors"] == {}
     assert s["ttft_ms"]["p50"] == pytest.approx(TTFT * 1000, rel=0.05)
     assert s["itl_ms"]["p50"] == pytest.approx(ITL * 1000, rel=0.05)
