@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from cache_helpers import wait_entries
+from cache_helpers import cache_entries, wait_entries
 from gateway_helpers import cached_settings, serving
 from live_server import LiveServer
 from upstream_server import FakeUpstream
@@ -38,10 +38,6 @@ def _ask(server: LiveServer, question: str) -> httpx.Response:
     return httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=10)
 
 
-def _entries(app: Any) -> int:
-    return asyncio.run(app.state.front.cache.store.stats()).entries
-
-
 def _wait(cond: Any, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -51,7 +47,7 @@ def _wait(cond: Any, timeout: float = 5.0) -> None:
 
 def test_miss_streams_from_the_started_call_and_fills(head_start: tuple[LiveServer, Any], upstream: FakeUpstream) -> None:
     server, app = head_start
-    before, calls = _entries(app), len(upstream.requests)
+    before, calls = cache_entries(app), len(upstream.requests)
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", max_retries=0)
     with client.chat.completions.with_streaming_response.create(
         model="fake", messages=[{"role": "user", "content": "Which terminal do flights to Oslo leave from?"}],
@@ -66,7 +62,7 @@ def test_miss_streams_from_the_started_call_and_fills(head_start: tuple[LiveServ
 
 def test_semantic_hit_cancels_the_started_call(head_start: tuple[LiveServer, Any], upstream: FakeUpstream) -> None:
     server, app = head_start
-    before = _entries(app)
+    before = cache_entries(app)
     assert _ask(server, "How do I reset my router password?").headers["x-blink-cache"] == "miss"
     wait_entries(app, before + 1)
     upstream.defaults["stall"] = 1  # a started call would never finish on its own
@@ -87,7 +83,7 @@ def test_semantic_hit_cancels_the_started_call(head_start: tuple[LiveServer, Any
 
 def test_exact_hit_starts_nothing(head_start: tuple[LiveServer, Any], upstream: FakeUpstream) -> None:
     server, app = head_start
-    before = _entries(app)
+    before = cache_entries(app)
     assert _ask(server, "What is the baggage allowance on a domestic flight?").headers["x-blink-cache"] == "miss"
     wait_entries(app, before + 1)
     calls = len(upstream.requests)

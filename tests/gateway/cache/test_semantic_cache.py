@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from cache_helpers import wait_entries
+from cache_helpers import cache_entries, wait_entries
 from live_server import LiveServer
 from upstream_server import FakeUpstream
 
@@ -58,15 +58,9 @@ def _ask(server: LiveServer, key: str, question: str, **extra: Any) -> httpx.Res
 
 def _fill(semantic: tuple[LiveServer, Any], key: str, question: str, **extra: Any) -> None:
     server, app = semantic
-    before = _entries(app)
+    before = cache_entries(app)
     assert _ask(server, key, question, **extra).headers["x-blink-cache"] == "miss"
     wait_entries(app, before + 1)
-
-
-def _entries(app: Any) -> int:
-    import asyncio
-
-    return asyncio.run(app.state.front.cache.store.stats()).entries
 
 
 def test_paraphrase_is_a_semantic_hit(semantic: tuple[LiveServer, Any], keys: tuple[Path, str, str]) -> None:
@@ -149,7 +143,7 @@ def test_echo_completions_never_take_a_neighbours_answer(semantic: tuple[LiveSer
         return httpx.post(f"{server.url}/v1/completions", timeout=30, headers={"authorization": f"Bearer {keys[1]}"},
                           json={"model": "fake", "prompt": prompt, "temperature": 0, "echo": True, "max_tokens": 3})
 
-    before = _entries(app)
+    before = cache_entries(app)
     assert complete("How do I reset my router password?").headers["x-blink-cache"] == "miss"
     wait_entries(app, before + 1)
     assert complete("How can I reset my router password?").headers["x-blink-cache"] == "miss"

@@ -4,7 +4,6 @@ window after its end has passed, so its prompt building and embedding never shar
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from live_server import LiveServer
 from upstream_server import FakeUpstream
 
 from blink.gateway.http.dispatch import GatewayApp
+from tests.gateway.cache.cache_helpers import cache_entries, wait_entries
 
 HOT = [{"role": "user", "content": "Which plans do you sell?"}]
 QUIET_MS = 300
@@ -43,10 +43,6 @@ def _ask(url: str, messages: list[dict[str, Any]], user: str | None = None) -> h
     return resp
 
 
-def _cache_entries(app: GatewayApp) -> int:
-    return int(asyncio.run(app.state.front.cache.store.stats()).entries)
-
-
 def _hot_requests(up: FakeUpstream) -> int:
     return sum(r.get("messages") == HOT for r in up.requests)
 
@@ -55,11 +51,9 @@ def test_a_due_job_waits_for_the_users_request_to_end_and_the_quiet_window(
     gateway: tuple[LiveServer, GatewayApp, FakeUpstream],
 ) -> None:
     server, app, up = gateway
-    entries = _cache_entries(app)
+    entries = cache_entries(app)
     assert _ask(server.url, HOT).headers["x-blink-cache"] == "miss"
-    deadline = time.monotonic() + 10  # the fill runs in the background
-    while _cache_entries(app) <= entries and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_entries(app, entries + 1, timeout=10)
     # The slow user request starts first; the hit right after makes the entry due at once.
     ended: list[float] = []
 

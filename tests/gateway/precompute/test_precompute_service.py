@@ -4,7 +4,6 @@ tenant, only through the hit guard, and only within the token and storage bounds
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from blink.config.gateway import AuthSettings
 from blink.config.server import ServerSettings
 from blink.gateway.auth.keys import ApiKeyStore
 from blink.gateway.http.dispatch import GatewayApp
+from tests.gateway.cache.cache_helpers import cache_entries, wait_entries
 
 SYSTEM = {"role": "system", "content": "You are the support agent of a broadband provider."}
 Q1 = "How do I reset my router?"
@@ -81,10 +81,6 @@ def _wait(cond: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
-
-
-def _cache_entries(app: GatewayApp) -> int:
-    return int(asyncio.run(app.state.front.cache.store.stats()).entries)
 
 
 def _jobs(app: GatewayApp, kind: str, outcome: str = "done") -> int:
@@ -163,9 +159,9 @@ def test_a_hot_entry_is_regenerated_in_place_for_its_own_tenant(
     server, app = refreshing
     _, key_a, key_b = tenants
     msgs = [SYSTEM, {"role": "user", "content": "What are your opening hours?"}]
-    entries = _cache_entries(app)
+    entries = cache_entries(app)
     assert _ask(server, key_a, msgs).headers["x-blink-cache"] == "miss"
-    _wait(lambda: _cache_entries(app) > entries, "the fill")
+    wait_entries(app, entries + 1, timeout=10)
     time.sleep(0.3)
     assert _jobs(app, "refresh") == 0  # filled, but not hit: not worth its tokens again
     for _ in range(2):
