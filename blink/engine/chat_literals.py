@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,6 @@ class ChatLiterals:
 
     def __init__(self, special_tokens: Iterable[str]) -> None:
         strings = sorted({s for s in special_tokens if s}, key=len, reverse=True)  # longest first
-        self._specials = strings
         self._pattern = re.compile("|".join(re.escape(s) for s in strings)) if strings else None
 
     def mark(self, value: Any) -> tuple[Any, str | None]:
@@ -57,26 +56,27 @@ class ChatLiterals:
 
     def unmark(self, text: str, nonce: str | None) -> str:
         """The rendered text as the model reads it (for length checks and logs)."""
-        if nonce is None:
-            return text
-        return re.sub(f"{_OPEN}{nonce}(.*?){_CLOSE}", r"\1", text, flags=re.DOTALL)
+        return "".join(piece for piece, _ in _pieces(text, nonce))
 
     def encode(self, text: str, nonce: str | None, encode: Encode, encode_plain: Encode) -> list[int]:
         """Token ids of rendered ``text``: ``encode`` for the template's text, ``encode_plain``
         for each marked string (it must not produce control tokens)."""
-        if nonce is None:
-            return encode(text)
-        ids: list[int] = []
-        marker = re.compile(f"{_OPEN}{nonce}(.*?){_CLOSE}", re.DOTALL)
-        start = 0
-        for m in marker.finditer(text):
-            if m.start() > start:
-                ids += encode(text[start : m.start()])
-            ids += encode_plain(m.group(1))
-            start = m.end()
-        if start < len(text):
-            ids += encode(text[start:])
-        return ids
+        return [i for piece, marked in _pieces(text, nonce) for i in (encode_plain if marked else encode)(piece)]
+
+
+def _pieces(text: str, nonce: str | None) -> Iterator[tuple[str, bool]]:
+    """``text`` split at its sentinels: (piece, whether it was marked), sentinels removed."""
+    if nonce is None:
+        yield text, False
+        return
+    start = 0
+    for m in re.finditer(f"{_OPEN}{nonce}(.*?){_CLOSE}", text, re.DOTALL):
+        if m.start() > start:
+            yield text[start : m.start()], False
+        yield m.group(1), True
+        start = m.end()
+    if start < len(text):
+        yield text[start:], False
 
 
 def _contains(value: Any, pattern: re.Pattern[str]) -> bool:

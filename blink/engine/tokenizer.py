@@ -209,27 +209,15 @@ class Tokenizer:
         tools: list[dict[str, Any]] | None = None,
         **template_kwargs: Any,
     ) -> RenderedChat:
-        """The rendered chat, its text checkable (length) before ``encode_chat`` pays to encode it."""
-        marked, nonce = self._render_marked(messages, add_generation_prompt, tools, template_kwargs)
-        return RenderedChat(self._literals.unmark(marked, nonce), marked, nonce)
-
-    def encode_chat(self, rendered: RenderedChat) -> list[int]:
-        """Token ids of a rendered chat. The template places any BOS itself, so none is added; a
-        special-token string a client put inside the messages is encoded as text (chat_literals.py)."""
-        return self._literals.encode(rendered.marked, rendered.nonce,
-                                     lambda t: self.encode(t, add_special_tokens=False), self._encode_literal)
-
-    def _render_marked(
-        self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: list[dict[str, Any]] | None,
-        template_kwargs: dict[str, Any],
-    ) -> tuple[str, str | None]:
+        """The rendered chat, its text checkable (length) before ``encode_chat`` pays to encode it;
+        InvalidParameterError(param='messages') if the template rejects the messages."""
         from jinja2 import TemplateError
 
         if not self.has_chat_template:
             raise InvalidParameterError("this model has no chat template", param="messages")
         (messages, tools, template_kwargs), nonce = self._literals.mark((messages, tools, template_kwargs))
         try:
-            text = self.hf.apply_chat_template(
+            marked = self.hf.apply_chat_template(
                 messages,
                 tools=tools,
                 add_generation_prompt=add_generation_prompt,
@@ -242,9 +230,15 @@ class Tokenizer:
             raise InvalidParameterError(
                 f"chat template could not render the messages ({type(e).__name__}: {e})", param="messages"
             ) from e
-        if not isinstance(text, str):
+        if not isinstance(marked, str):
             raise InvalidParameterError("chat template did not produce text", param="messages")
-        return text, nonce
+        return RenderedChat(self._literals.unmark(marked, nonce), marked, nonce)
+
+    def encode_chat(self, rendered: RenderedChat) -> list[int]:
+        """Token ids of a rendered chat. The template places any BOS itself, so none is added; a
+        special-token string a client put inside the messages is encoded as text (chat_literals.py)."""
+        return self._literals.encode(rendered.marked, rendered.nonce,
+                                     lambda t: self.encode(t, add_special_tokens=False), self._encode_literal)
 
     def _encode_literal(self, special: str) -> list[int]:
         """A control token's string as ordinary text: cut after its first character, neither half
