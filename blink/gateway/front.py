@@ -79,10 +79,8 @@ class GatewayFront:
     def on_complete(self, adm: Admission, req: GenerationRequest | None = None) -> Callable[[ResponseAggregator], None] | None:
         """The callback GenerationResponse runs after a full response, or None when nothing needs it."""
         fill = self.cache is not None and adm.cache is not None and adm.cache.fill
-        charge = adm.ticket is not None and bool(adm.ticket.token_limits)
         safety = self.safety if req is not None else None
-        cost = self.cost
-        if not (fill or charge or safety or cost):
+        if not (fill or _counts_tokens(adm) or safety or self.cost):
             return None
 
         def done(agg: ResponseAggregator) -> None:
@@ -91,10 +89,7 @@ class GatewayFront:
                 safety.after_response(req, adm.model, rendered, self._filler(adm, rendered) if fill else None)
             elif fill and self.cache is not None and adm.cache is not None:
                 self.cache.schedule_fill(adm.cache, agg.render("", adm.model, 0))
-            if charge and self.limiter is not None and adm.ticket is not None and agg.usage is not None:
-                self.limiter.charge_tokens(adm.ticket, agg.usage.total_tokens)
-            if cost is not None:
-                cost.charge(_key_id(adm), adm.model, agg.usage, req.compressed_tokens if req is not None else 0)
+            self._charge(adm, agg.usage, req.compressed_tokens if req is not None else 0)
 
         return done
 
@@ -102,21 +97,22 @@ class GatewayFront:
         """The callback for a response that ended before it was whole: its tokens so far still
         count against the key's token rate limit and spend (never cached, never safety-checked:
         there is no whole answer). None when nothing counts tokens."""
-        charge = adm.ticket is not None and bool(adm.ticket.token_limits)
-        cost = self.cost
-        if not (charge or cost):
+        if not (_counts_tokens(adm) or self.cost):
             return None
 
         def abandoned(agg: ResponseAggregator) -> None:
             usage = agg.usage_so_far()
-            if usage.total_tokens <= 0:
-                return
-            if charge and self.limiter is not None and adm.ticket is not None:
-                self.limiter.charge_tokens(adm.ticket, usage.total_tokens)
-            if cost is not None:
-                cost.charge(_key_id(adm), adm.model, usage, 0)
+            if usage.total_tokens > 0:
+                self._charge(adm, usage, 0)
 
         return abandoned
+
+    def _charge(self, adm: Admission, usage: Usage | None, compressed_tokens: int) -> None:
+        """Count a response's tokens against the key's token limits and its spend."""
+        if usage is not None and self.limiter is not None and adm.ticket is not None:
+            self.limiter.charge_tokens(adm.ticket, usage.total_tokens)  # a no-op without token limits
+        if self.cost is not None:
+            self.cost.charge(_key_id(adm), adm.model, usage, compressed_tokens)
 
     def usage_headers(self, adm: Admission) -> Callable[[Usage | None], list[tuple[bytes, bytes]]] | None:
         """Headers computed from a whole response's usage (``x-blink-cost-usd``), or None."""
@@ -141,6 +137,11 @@ class GatewayFront:
             await self.cache.drain()
         if self.limiter is not None:
             await self.limiter.drain()
+
+
+def _counts_tokens(adm: Admission) -> bool:
+    """The key has token limits, so its responses' tokens are charged."""
+    return adm.ticket is not None and bool(adm.ticket.token_limits)
 
 
 def _key_id(adm: Admission) -> str:
