@@ -307,3 +307,22 @@ class TokenCounter(Protocol):
     ``count_tokens``): the embedded engine, which holds the tokenizer and chat template."""
 
     async def count_tokens(self, req: GenerationRequest) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Tokenized:
+    """A prompt's token ids as the model would read them, with their vocabulary entries when asked."""
+
+    ids: list[int]
+    pieces: list[str] | None
+    max_model_len: int
+
+
+@runtime_checkable
+class Tokenization(Protocol):
+    """A backend that holds its model's tokenizer and chat template (vLLM's ``/tokenize`` and
+    ``/detokenize``): the embedded engine. ``InvalidRequestError`` names the field at fault."""
+
+    async def tokenize(self, req: GenerationRequest, add_special_tokens: bool, pieces: bool) -> Tokenized: ...
+
+    async def detokenize(self, ids: list[int]) -> str: ...

@@ -19,6 +19,7 @@ from blink.backends.base import (
     Load,
     ModelCard,
     SamplingOptions,
+    Tokenized,
     TokenLogprob,
     Usage,
 )
@@ -205,6 +206,33 @@ class EmbeddedBackend:
         await self.supervisor.wait_running()
         setup = prepare_tools(req, self.tool_parser)
         return len(await self._prompt_encoder().encode(req, setup.chat))
+
+    async def tokenize(self, req: GenerationRequest, add_special_tokens: bool, pieces: bool) -> Tokenized:
+        """The ids ``stream`` would feed the engine for ``req`` (chat: template, tools and the
+        control-token guard included), framed with the tokenizer's special tokens when asked."""
+        await self.supervisor.wait_running()
+        encoder = self._prompt_encoder()
+        tok = encoder.tokenizer
+        if req.kind == "chat":
+            ids = await encoder.encode_unbounded(req, prepare_tools(req, self.tool_parser).chat)
+            if add_special_tokens:
+                ids = tok.frame_special(ids)
+        else:
+            ids = await asyncio.to_thread(tok.encode, str(req.prompt or ""), add_special_tokens)
+        strings = [tok.id_to_token(i) or "" for i in ids] if pieces else None
+        return Tokenized(ids, strings, encoder.max_model_len)
+
+    async def detokenize(self, ids: list[int]) -> str:
+        """The text of ``ids``, special tokens kept (vLLM's ``/detokenize``); an id outside the
+        vocabulary is a 400 naming it."""
+        await self.supervisor.wait_running()
+        tok = self._prompt_encoder().tokenizer
+        for i, token_id in enumerate(ids):
+            if not 0 <= token_id < tok.vocab_size:
+                raise InvalidRequestError(
+                    f"Token id {token_id} is outside this model's vocabulary (0 to {tok.vocab_size - 1}).",
+                    param=f"tokens[{i}]", code="invalid_value")
+        return await asyncio.to_thread(tok.decode, ids, False)
 
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         await self.supervisor.wait_running()  # mid-restart: wait (bounded) rather than fail

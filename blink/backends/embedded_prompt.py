@@ -37,6 +37,11 @@ class PromptEncoder:
             return list(req.prompt)
         return await asyncio.to_thread(self._encode, req, req.prompt, None, chat)
 
+    async def encode_unbounded(self, req: GenerationRequest, chat: ChatInputs | None = None) -> list[int]:
+        """Token ids for a chat ``req`` however long they are: for counting (``/tokenize``), where a
+        prompt over the context is an answer, not an error; the body limit bounds the work."""
+        return await asyncio.to_thread(self._encode, req, req.prompt, None, chat, False)
+
     async def encode_all(self, req: GenerationRequest, chat: ChatInputs | None = None) -> list[list[int]]:
         """Token ids of every prompt of a batched completion (of the one prompt otherwise)."""
         if req.prompts is None:
@@ -46,7 +51,7 @@ class PromptEncoder:
         return await asyncio.to_thread(lambda: [self._encode(req, p, i) for i, p in enumerate(req.prompts or [])])
 
     def _encode(self, req: GenerationRequest, prompt: str | list[int] | None, index: int | None = None,
-                chat: ChatInputs | None = None) -> list[int]:
+                chat: ChatInputs | None = None, bounded: bool = True) -> list[int]:
         param = "messages" if req.kind == "chat" else "prompt" if index is None else f"prompt[{index}]"
         try:
             if req.kind == "chat":
@@ -54,7 +59,8 @@ class PromptEncoder:
                 # As vLLM: chat_template_kwargs override the request's own template switches.
                 rendered = self.tokenizer.render_chat_prompt(chat.messages, tools=chat.tools,
                                                              **{**_template_switches(req), **chat.template_kwargs})
-                self._refuse_if_certainly_too_long(rendered.text, param)
+                if bounded:
+                    self._refuse_if_certainly_too_long(rendered.text, param)
                 return self.tokenizer.encode_chat(rendered)
             if isinstance(prompt, list):
                 return list(prompt)

@@ -121,6 +121,16 @@ class Tokenizer:
             return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return str(self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
+    def frame_special(self, ids: list[int]) -> list[int]:
+        """``ids`` inside the special tokens ``encode(text, add_special_tokens=True)`` puts around a
+        text (a BOS before, an EOS after: whatever the tokenizer's post-processor adds)."""
+        plain = self.encode("a", add_special_tokens=False)
+        framed = self.encode("a", add_special_tokens=True)
+        for start in range(len(framed) - len(plain) + 1):
+            if framed[start:start + len(plain)] == plain:
+                return framed[:start] + ids + framed[start + len(plain):]
+        return ids  # a post-processor that rewrites the text's own ids: no frame to take apart
+
     def id_to_token(self, token_id: int) -> str | None:
         """The vocabulary entry (e.g. ``'Ġhello'``), not its text; None for an unknown id."""
         if self._backend is not None:

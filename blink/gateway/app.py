@@ -23,6 +23,7 @@ from blink.gateway.pipeline import GenerationPipeline
 from blink.gateway.precompute.service import PrecomputeService
 from blink.gateway.ratelimit.sequence_quota import SequenceQuota
 from blink.gateway.status.routes import add_status_routes
+from blink.gateway.tokenization.routes import add_tokenization_routes
 from blink.modelserver.server import ServedModels
 from blink.obs.engine_collector import LoadSource
 from blink.obs.metrics import GatewayMetrics
@@ -96,6 +97,7 @@ def create_app(
     openai_routes = build_router(registry, server_settings, metrics, pipeline)
     add_messages_routes(openai_routes, registry, server_settings, metrics, pipeline)  # Anthropic's Messages API
     add_status_routes(openai_routes, registry, metrics, served)  # models, version, health, ready, metrics
+    add_tokenization_routes(openai_routes, registry)  # vLLM's /tokenize and /detokenize
     groups = [openai_routes]
     groups += [service.router for service in services]
     if models_router is not None:  # /v1/embeddings, /v1/classify, /v1/moderations (model_endpoints/)

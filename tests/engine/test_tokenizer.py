@@ -182,3 +182,18 @@ def test_token_bytes_rebuild_text_byte_level_and_byte_fallback(tok: Tokenizer) -
     pieces = [vocab["\u2581h"], *(3 + b for b in "é".encode()), vocab["llo"]]
     assert sp.decode([pieces[1]]) == "\ufffd" and b"".join(sp.token_bytes(i) or b"?" for i in pieces) == " héllo".encode()
     assert tok.token_bytes(next(iter(tok.eos_token_ids))) is None  # a special token: its text stands
+
+
+def test_frame_special_puts_the_post_processors_tokens_around_ids(tiny_tokenizer_dir: Path) -> None:
+    from tokenizers.processors import TemplateProcessing
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(tiny_tokenizer_dir))
+    bos, eos = hf.convert_tokens_to_ids(["<|im_start|>", "<|endoftext|>"])
+    hf.backend_tokenizer.post_processor = TemplateProcessing(
+        single="<|im_start|> $A <|endoftext|>", special_tokens=[("<|im_start|>", bos), ("<|endoftext|>", eos)])
+    framed = Tokenizer(hf)
+    ids = framed.encode("hello world", add_special_tokens=False)
+    assert framed.frame_special(ids) == framed.encode("hello world", add_special_tokens=True) == [bos, *ids, eos]
+    plain = Tokenizer.from_pretrained(tiny_tokenizer_dir)  # no post-processor tokens: nothing added
+    assert plain.frame_special(ids) == ids

@@ -232,15 +232,20 @@ def _presented_key(scope: Scope) -> str | None:
     return None
 
 
+# API routes outside ``/v1/`` (vLLM serves its tokenizer endpoints at the root): keyed as ``/v1/`` is.
+KEYED_ROOT_PATHS = frozenset({"/tokenize", "/detokenize"})
+
+
 class AuthMiddleware:
-    """401 unless the request under ``/v1/`` carries a live key; health and metrics stay open."""
+    """401 unless an API request (under ``/v1/``, or ``KEYED_ROOT_PATHS``) carries a live key;
+    health and metrics stay open."""
 
     def __init__(self, app: ASGIApp, store: KeyStore) -> None:
         self.app = app
         self.store = store
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not (scope["path"].startswith("/v1/") or scope["path"] in KEYED_ROOT_PATHS):
             await self.app(scope, receive, send)
             return
         secret = _presented_key(scope)

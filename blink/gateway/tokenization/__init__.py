@@ -1,0 +1,1 @@
+"""vLLM's tokenizer endpoints: ``/tokenize`` and ``/detokenize``."""
