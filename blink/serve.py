@@ -209,7 +209,8 @@ def build_app(settings: Settings) -> GatewayApp:
     key_store = build_key_store(settings)
     front = build_front(settings, metrics, encoder, safety, cost)
     precompute = build_precompute(settings)
-    pipeline = GenerationPipeline(registry, front, SequenceQuota(settings.server.max_sequences_per_key), precompute)
+    pipeline = GenerationPipeline(registry, front, SequenceQuota(settings.server.max_sequences_per_key), precompute,
+                                  settings.server.prefix_cache_scope)
     if precompute is not None:
         attach_precompute(precompute, pipeline, key_store, settings, metrics.registry)
     services = build_services(settings, pipeline, key_store, cost, metrics.registry)

@@ -16,6 +16,7 @@ types.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -111,6 +112,17 @@ class GenerationRequest:
     # translation in ``messages`` / ``extra``.
     native_api: str | None = None
     native_body: dict[str, Any] | None = None
+    # Whose prefix-cache entries the request may share (its tenant; set by the generation pipeline
+    # when API keys are on and ``prefix_cache_scope`` is "tenant"); None: the server-wide scope.
+    # The embedded engine salts its prefix cache with it and the client's ``cache_salt``.
+    cache_scope: str | None = None
+
+    def prefix_cache_salt(self) -> str | None:
+        """The engine's prefix-cache salt: the scope and the client's ``cache_salt`` (vLLM's), or None."""
+        client = self.extra.get("cache_salt")
+        if self.cache_scope is None and client is None:
+            return None
+        return json.dumps([self.cache_scope, client])
 
     @property
     def num_choices(self) -> int:

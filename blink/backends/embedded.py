@@ -169,7 +169,8 @@ class EmbeddedBackend:
         slots = max(1, int(cfg.max_num_seqs * cfg.max_seqs_per_request_share))
         return asyncio.Semaphore(slots) if n > slots else None
 
-    def _params(self, o: SamplingOptions, prompt_len: int, index: int, priority: str | None = None) -> SamplingParams:
+    def _params(self, o: SamplingOptions, prompt_len: int, index: int, priority: str | None = None,
+                cache_salt: str | None = None) -> SamplingParams:
         limits = self.engine.limits
         # max_tokens 0 (echo only): the engine runs one step, whose token PromptPrefix drops.
         max_tokens = 1 if o.max_tokens == 0 else o.max_tokens
@@ -199,6 +200,7 @@ class EmbeddedBackend:
             logit_bias=dict(o.logit_bias) if o.logit_bias else None,
             prompt_logprobs=engine_prompt_logprobs(o),
             structured=None if o.structured is None else (o.structured.kind, o.structured.spec),
+            cache_salt=cache_salt,
         )
 
     async def count_tokens(self, req: GenerationRequest) -> int:
@@ -241,7 +243,8 @@ class EmbeddedBackend:
         prompts = await self._prompt_encoder().encode_all(req, setup.chat)
         n = max(1, req.options.n)
         # One engine sequence per (prompt, choice); its response index is prompt * n + choice.
-        jobs = [(p * n + i, prompt, self._params(setup.options, len(prompt), i, req.priority))
+        salt = req.prefix_cache_salt()
+        jobs = [(p * n + i, prompt, self._params(setup.options, len(prompt), i, req.priority, salt))
                 for p, prompt in enumerate(prompts) for i in range(n)]
         for k, (_, _, params) in enumerate(jobs):
             # One stream is a user's fair share of their class; the request's other sequences are

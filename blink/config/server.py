@@ -52,6 +52,11 @@ class ServerSettings(BaseModel):
     # whose own ``max_sequences`` is 0; 0 turns the default off. 64 is one embedded engine's
     # default ``max_num_seqs``: one key alone may fill an idle engine, never more.
     max_sequences_per_key: int = Field(64, ge=0)
+    # Who shares the embedded engine's prefix cache when API keys are on. "tenant": only requests of
+    # the same tenant (a prefix-cache hit shows in ``cached_tokens`` and in the time to first token,
+    # so a shared cache would let one tenant test whether another sent a guessed prompt); "shared":
+    # every request (more hits on prompts common to tenants). Without keys there is one tenant.
+    prefix_cache_scope: Literal["tenant", "shared"] = "tenant"
     # Upper bound on max_tokens / max_completion_tokens a client may ask for.
     max_tokens_limit: int = Field(32_768, ge=1)
     # Whole-request deadline handed to backends (seconds); None = no deadline.

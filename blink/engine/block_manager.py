@@ -2,7 +2,8 @@
 
 Only ids and counters live here; the tensors belong to the model runner. A full block is named by
 a chained content hash (parent digest + its token ids), so any request sharing a prefix reuses the
-KV already computed for it. A block whose last reference drops keeps its hash and stays reusable
+KV already computed for it. A salted sequence (``SamplingParams.cache_salt``: the gateway salts by
+tenant) starts its chain from the salt's digest, so only sequences with the same salt share blocks. A block whose last reference drops keeps its hash and stays reusable
 until the space is needed, then the least recently freed one is evicted first.
 
 Warm prefixes: up to ``pinned_blocks`` cached blocks that prefix hits reused at least
@@ -116,7 +117,7 @@ class BlockManager:
         max_blocks = (seq.num_tokens - 1) // self.block_size
         self._extend_hashes(seq, max_blocks)
         found: list[int] = []
-        parent: bytes | None = None
+        parent: bytes | None = seq.cache_root
         for i in range(max_blocks):
             h = seq.block_hashes[i]
             bid = self._cached.get(h)
@@ -136,7 +137,7 @@ class BlockManager:
         bs = self.block_size
         hashes = seq.block_hashes
         for i in range(len(hashes), num_blocks):
-            parent = hashes[i - 1] if i else None
+            parent = hashes[i - 1] if i else seq.cache_root
             hashes.append(hash_block_tokens(parent, seq.token_ids[i * bs : (i + 1) * bs]))
 
     # ----------------------------------------------------------------- allocation
@@ -224,7 +225,7 @@ class BlockManager:
             h = seq.block_hashes[i]
             if block.hash is None and h not in self._cached:
                 block.hash = h
-                block.parent_hash = seq.block_hashes[i - 1] if i else None
+                block.parent_hash = seq.block_hashes[i - 1] if i else seq.cache_root
                 block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
                 self._cached[h] = block.block_id
         seq.num_hashed_blocks = num_full

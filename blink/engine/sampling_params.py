@@ -26,6 +26,10 @@ BATCH_RANK = PRIORITY_RANK["batch"]
 IDLE_RANK = PRIORITY_RANK["idle"]
 
 
+# The gateway's salt is a tenant name and the client's ``cache_salt`` (256 characters at most) in JSON.
+_MAX_SALT = 4096
+
+
 @dataclass
 class SamplingParams:
     max_tokens: int | None = None
@@ -66,6 +70,10 @@ class SamplingParams:
     # The grammar library for this request (vLLM's ``guided_decoding_backend``): one of
     # structured.grammar_engine.ENGINE_NAMES, or None for the engine's ``structured_engine``.
     structured_engine: str | None = None
+    # Prefix-cache scope (vLLM's ``cache_salt``): only sequences with the same salt share cached KV
+    # blocks. Shared KV leaks across tenants: a hit shows in ``cached_tokens`` and in the time to
+    # first token, so another tenant could test whether a guessed prompt was sent.
+    cache_salt: str | None = None
 
     @property
     def is_greedy(self) -> bool:
@@ -126,6 +134,9 @@ class SamplingParams:
                 f"priority must be one of {', '.join(PRIORITY_RANK)}", param="priority"
             )
         self._validate_structured()
+        if self.cache_salt is not None and not (isinstance(self.cache_salt, str) and 0 < len(self.cache_salt) <= _MAX_SALT):
+            raise InvalidParameterError(f"cache_salt must be a non-empty string of at most {_MAX_SALT} characters",
+                                        param="cache_salt")
         for flag in ("ignore_eos", "skip_special_tokens", "include_stop_str_in_output", "speculative"):
             if not isinstance(getattr(self, flag), bool):
                 raise InvalidParameterError(f"{flag} must be a boolean", param=flag)

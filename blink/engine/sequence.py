@@ -8,6 +8,7 @@ hash bookkeeping, the engine appends tokens.
 from __future__ import annotations
 
 import enum
+import hashlib
 import time
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,16 @@ from blink.engine.sampling_params import PRIORITY_RANK, SamplingParams
 
 if TYPE_CHECKING:
     import torch
+
+
+def salt_digest(salt: str | None) -> bytes | None:
+    """The digest a salted prefix-cache chain starts from (the first block's parent); None unsalted.
+
+    A distinct prefix keeps it apart from every block digest, which hashes a parent and token ids.
+    """
+    if salt is None:
+        return None
+    return hashlib.sha256(b"blink-cache-salt\0" + salt.encode("utf-8", "surrogatepass")).digest()
 
 
 class SequenceStatus(enum.Enum):
@@ -46,6 +57,9 @@ class Sequence:
         # Chained content hashes of this sequence's full blocks, in order. A pure function of
         # token_ids (which only ever grow), so it survives preemption and is computed once.
         self.block_hashes: list[bytes] = []
+        # The parent digest of the first block: the cache salt's, so differently salted sequences
+        # never share a block; None (the unsalted chain) without one.
+        self.cache_root: bytes | None = salt_digest(params.cache_salt)
         # Leading entries of block_table already offered to the prefix cache (block manager only).
         self.num_hashed_blocks = 0
         self.status = SequenceStatus.WAITING

@@ -69,7 +69,8 @@ def create_app(
     obs = obs or build_observability(None, registry_loads(registry))
     metrics: GatewayMetrics = obs.metrics
     if pipeline is None:
-        pipeline = GenerationPipeline(registry, GatewayFront(), SequenceQuota(server_settings.max_sequences_per_key))
+        pipeline = GenerationPipeline(registry, GatewayFront(), SequenceQuota(server_settings.max_sequences_per_key),
+                                      prefix_cache_scope=server_settings.prefix_cache_scope)
     gateway_front = pipeline.front
 
     @asynccontextmanager

@@ -146,8 +146,10 @@ class Generation:
 
 class GenerationPipeline:
     def __init__(self, registry: BackendRegistry, front: GatewayFront, quota: SequenceQuota | None = None,
-                 observer: GenerationObserver | None = None) -> None:  # fmt: skip
+                 observer: GenerationObserver | None = None, prefix_cache_scope: str = "tenant") -> None:  # fmt: skip
         self.registry = registry
+        # "tenant": a key's requests share the engine's prefix cache with its tenant's only.
+        self.prefix_cache_scope = prefix_cache_scope
         self.front = front
         self.quota = quota or SequenceQuota(0)
         # Told of each finished generation when pre-computation is on (serve.py).
@@ -177,6 +179,8 @@ class GenerationPipeline:
         front = self.front
         adm = self._principal(principal, req.model, directives)
         check_model_allowed(principal, req.model)
+        if principal is not None and self.prefix_cache_scope == "tenant":
+            req.cache_scope = principal.tenant
         backend = self.registry.resolve(req.model)
         annotate(backend=backend.name)
         lap("resolve")

@@ -78,6 +78,9 @@ class SamplingFields(StrictModel):
     prompt_logprobs: int | None = Field(None, ge=0, le=_L.max_logprobs)
     # vLLM: prompt and output token ids in the response.
     return_token_ids: bool | None = None
+    # vLLM: only requests with the same salt share prefix-cache entries (within the tenant's own
+    # scope, blink/gateway/pipeline.py); also part of the response cache's namespace.
+    cache_salt: str | None = Field(None, min_length=1, max_length=256)
     # vLLM's structured outputs (current form, then the legacy guided_* fields it still accepts);
     # mapped to one StructuredOutput by blink/gateway/chat/structured_request.py, which checks them.
     structured_outputs: dict[str, Any] | None = None

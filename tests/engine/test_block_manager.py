@@ -12,8 +12,8 @@ from blink.engine.sequence import Sequence
 BS = 4
 
 
-def make_seq(tokens: list[int], rid: str = "r") -> Sequence:
-    return Sequence(rid, tokens, SamplingParams(), frozenset({0}))
+def make_seq(tokens: list[int], rid: str = "r", salt: str | None = None) -> Sequence:
+    return Sequence(rid, tokens, SamplingParams(cache_salt=salt), frozenset({0}))
 
 
 def admit(bm: BlockManager, seq: Sequence) -> bool:
@@ -92,6 +92,23 @@ def test_prefix_sharing_between_live_sequences() -> None:
     assert_clean(bm)
     assert bm.prefix_cache_hits == 8
     assert bm.prefix_cache_queries == a.num_tokens + b.num_tokens
+
+
+def test_only_sequences_with_the_same_salt_share_blocks() -> None:
+    """A salt (the gateway's tenant) scopes the prefix cache: another salt, or none, gets no hit,
+    at the first block already, while sequences with the same salt share as unsalted ones do."""
+    bm = BlockManager(32, BS, enable_prefix_caching=True)
+    prompt = list(range(100, 112))  # three full blocks
+    a = make_seq(prompt + [1], "a", salt="tenant-a")
+    assert admit(bm, a)
+    for rid, salt in (("b", "tenant-b"), ("none", None), ("a-ish", "tenant-a\0")):
+        assert bm.get_computed_blocks(make_seq(prompt + [2], rid, salt)) == ([], 0), rid
+    blocks, n = bm.get_computed_blocks(make_seq(prompt + [3], "a2", salt="tenant-a"))
+    assert blocks == a.block_table[:3] and n == 12
+    plain = make_seq(prompt + [4], "p")
+    assert admit(bm, plain)  # unsalted: a chain of its own beside the salted one
+    assert bm.get_computed_blocks(make_seq(prompt + [5], "p2"))[1] == 12
+    assert bm.get_computed_blocks(make_seq(prompt + [6], "b2", salt="tenant-b"))[1] == 0
 
 
 def test_whole_sequence_never_fully_cached() -> None:
