@@ -26,7 +26,7 @@ from blink.backends.base import (
 from blink.backends.embedded_echo import PromptPrefix, engine_prompt_logprobs
 from blink.backends.embedded_fields import grammar_engine_of, refuse_unsupported
 from blink.backends.embedded_prompt import PromptEncoder
-from blink.backends.embedded_tools import prepare_tools
+from blink.backends.embedded_tools import prepare_tools, template_inputs
 from blink.backends.engine_supervisor import EngineSupervisor
 from blink.backends.tool_parsers import ParserName, detect_parser
 from blink.config.models import EmbeddedModel, ToolParserSetting
@@ -206,8 +206,7 @@ class EmbeddedBackend:
     async def count_tokens(self, req: GenerationRequest) -> int:
         """The prompt's token count as ``stream`` would encode it (template, tools), generating nothing."""
         await self.supervisor.wait_running()
-        setup = prepare_tools(req, self.tool_parser)
-        return len(await self._prompt_encoder().encode(req, setup.chat))
+        return len(await self._prompt_encoder().encode(req, template_inputs(req)))
 
     async def tokenize(self, req: GenerationRequest, add_special_tokens: bool, pieces: bool) -> Tokenized:
         """The ids ``stream`` would feed the engine for ``req`` (chat: template, tools and the
@@ -216,7 +215,7 @@ class EmbeddedBackend:
         encoder = self._prompt_encoder()
         tok = encoder.tokenizer
         if req.kind == "chat":
-            ids = await encoder.encode_unbounded(req, prepare_tools(req, self.tool_parser).chat)
+            ids = await encoder.encode_unbounded(req, template_inputs(req))
             if add_special_tokens:
                 ids = tok.frame_special(ids)
         else:

@@ -162,15 +162,25 @@ def prepare_tools(req: GenerationRequest, parser_of_model: Callable[[], ParserNa
     plan = plan_tools(req.extra)
     parser = parser_of_model() if plan is not None and plan.mode == "auto" else None
     factory = parser_factory(plan, parser)
-    kwargs = req.extra.get("chat_template_kwargs")
-    chat = chat_inputs(req.messages or [], plan.tools if plan is not None else None,
-                       kwargs if isinstance(kwargs, dict) else None)
+    chat = _template_inputs(req, plan)
     options = _forced_options(req.options, plan)
     if factory is None or plan is None:
         return RequestTools(options, chat, None, False)
     new_id = mistral_call_id if parser == "mistral" else openai_call_id
     keep = parser is not None and needs_special_tokens(parser)
     return RequestTools(options, chat, ToolCallStream(factory, plan, new_id), keep)
+
+
+def template_inputs(req: GenerationRequest) -> ChatInputs | None:
+    """What the chat template renders for ``req`` (its tools validated), for counting its tokens
+    without generating: no call format is needed, as no output is read (None for a completion)."""
+    return _template_inputs(req, plan_tools(req.extra)) if req.kind == "chat" else None
+
+
+def _template_inputs(req: GenerationRequest, plan: ToolPlan | None) -> ChatInputs:
+    kwargs = req.extra.get("chat_template_kwargs")
+    return chat_inputs(req.messages or [], plan.tools if plan is not None else None,
+                       kwargs if isinstance(kwargs, dict) else None)
 
 
 def _forced_options(options: SamplingOptions, plan: ToolPlan | None) -> SamplingOptions:

@@ -40,8 +40,9 @@ def url(tiny_qwen2: Path, keys: tuple[Path, str, str]) -> Iterator[str]:
     fake = FakeUpstream(tokens=2)
     with LiveServer(fake) as up:
         settings = Settings(
+            # No call format: counting a chat with tools needs none (a chat completion with them would).
             models=[EmbeddedModel(name="tiny", kind="embedded", model=str(tiny_qwen2), dtype="float32", threads=1,
-                                  max_model_len=MAX_LEN),
+                                  max_model_len=MAX_LEN, tool_parser="none"),
                     OpenAIHTTPModel(name="fake", kind="openai_http", base_url=f"{up.url}/v1")],
             auth=AuthSettings(enabled=True, keys_db=str(keys[0])),
         )
