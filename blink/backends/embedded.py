@@ -29,6 +29,7 @@ from blink.backends.embedded_prompt import PromptEncoder
 from blink.backends.embedded_tools import prepare_tools, template_inputs
 from blink.backends.engine_supervisor import EngineSupervisor
 from blink.backends.tool_parsers import ParserName, detect_parser
+from blink.backends.tool_prompt import renders_tools
 from blink.config.models import EmbeddedModel, ToolParserSetting
 from blink.config.supervision import SupervisionSettings
 from blink.demo.default_model import FallbackModel
@@ -146,17 +147,27 @@ class EmbeddedBackend:
         return self._encoder
 
     def tool_parser(self) -> ParserName | None:
-        """The call format this model writes: the setting, or what its chat template shows."""
+        """The call format this model writes: the setting, or what its chat template shows (Hermes
+        when the template cannot render tools: Blink writes them in that format, tool_prompt.py)."""
         setting = self.tool_parser_setting
         if setting == "none":
             return None
         if setting != "auto":
             return setting
+        template = self._chat_template()
+        return detect_parser(template) or (None if renders_tools(template) else "hermes")
+
+    def _inlines_tools(self) -> bool:
+        """Whether tools and call history go into the messages, the template being unable to render them."""
+        template = self._chat_template()
+        return template is not None and not renders_tools(template)
+
+    def _chat_template(self) -> str | None:
         tok = self.engine.tokenizer
         template = getattr(tok.hf, "chat_template", None) if tok is not None else None
         if isinstance(template, dict):  # named templates ("default", "tool_use", ...)
             template = "\n".join(str(t) for t in template.values())
-        return detect_parser(template if isinstance(template, str) else None)
+        return template if isinstance(template, str) else None
 
     def _choice_slots(self, n: int) -> asyncio.Semaphore | None:
         """How many of one request's ``n`` choices may run in the engine at once (None: all).
@@ -206,7 +217,7 @@ class EmbeddedBackend:
     async def count_tokens(self, req: GenerationRequest) -> int:
         """The prompt's token count as ``stream`` would encode it (template, tools), generating nothing."""
         await self.supervisor.wait_running()
-        return len(await self._prompt_encoder().encode(req, template_inputs(req)))
+        return len(await self._prompt_encoder().encode(req, template_inputs(req, self._inlines_tools())))
 
     async def tokenize(self, req: GenerationRequest, add_special_tokens: bool, pieces: bool) -> Tokenized:
         """The ids ``stream`` would feed the engine for ``req`` (chat: template, tools and the
@@ -215,7 +226,7 @@ class EmbeddedBackend:
         encoder = self._prompt_encoder()
         tok = encoder.tokenizer
         if req.kind == "chat":
-            ids = await encoder.encode_unbounded(req, template_inputs(req))
+            ids = await encoder.encode_unbounded(req, template_inputs(req, self._inlines_tools()))
             if add_special_tokens:
                 ids = tok.frame_special(ids)
         else:
@@ -238,7 +249,7 @@ class EmbeddedBackend:
     async def stream(self, req: GenerationRequest) -> AsyncIterator[Delta]:
         await self.supervisor.wait_running()  # mid-restart: wait (bounded) rather than fail
         refuse_unsupported(req)
-        setup = prepare_tools(req, self.tool_parser)
+        setup = prepare_tools(req, self.tool_parser, self._inlines_tools())
         prompts = await self._prompt_encoder().encode_all(req, setup.chat)
         n = max(1, req.options.n)
         # One engine sequence per (prompt, choice); its response index is prompt * n + choice.

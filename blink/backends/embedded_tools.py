@@ -29,6 +29,7 @@ from blink.backends.tool_parsers import (
     needs_special_tokens,
 )
 from blink.backends.tool_plan import ToolPlan, forced_call_json, plan_tools
+from blink.backends.tool_prompt import inline_tools, needs_inlining
 from blink.protocol.errors import InvalidRequestError
 
 _ALNUM = string.ascii_letters + string.digits
@@ -152,17 +153,20 @@ class RequestTools:
     keep_special_tokens: bool
 
 
-def prepare_tools(req: GenerationRequest, parser_of_model: Callable[[], ParserName | None]) -> RequestTools:
+def prepare_tools(req: GenerationRequest, parser_of_model: Callable[[], ParserName | None],
+                  inline: bool = False) -> RequestTools:
     """Validate the request's tools and derive the template inputs, constraint and output reader.
 
-    ``parser_of_model`` is asked only when the request has tools. ``InvalidRequestError`` names the field.
+    ``parser_of_model`` is asked only when the request has tools. ``inline``: the model's template
+    cannot render tools, so they are written into the messages (tool_prompt.py).
+    ``InvalidRequestError`` names the field.
     """
     if req.kind != "chat":
         return RequestTools(req.options, None, None, False)
     plan = plan_tools(req.extra)
     parser = parser_of_model() if plan is not None and plan.mode == "auto" else None
     factory = parser_factory(plan, parser)
-    chat = _template_inputs(req, plan)
+    chat = _template_inputs(req, plan, inline)
     options = _forced_options(req.options, plan)
     if factory is None or plan is None:
         return RequestTools(options, chat, None, False)
@@ -171,16 +175,19 @@ def prepare_tools(req: GenerationRequest, parser_of_model: Callable[[], ParserNa
     return RequestTools(options, chat, ToolCallStream(factory, plan, new_id), keep)
 
 
-def template_inputs(req: GenerationRequest) -> ChatInputs | None:
+def template_inputs(req: GenerationRequest, inline: bool = False) -> ChatInputs | None:
     """What the chat template renders for ``req`` (its tools validated), for counting its tokens
     without generating: no call format is needed, as no output is read (None for a completion)."""
-    return _template_inputs(req, plan_tools(req.extra)) if req.kind == "chat" else None
+    return _template_inputs(req, plan_tools(req.extra), inline) if req.kind == "chat" else None
 
 
-def _template_inputs(req: GenerationRequest, plan: ToolPlan | None) -> ChatInputs:
+def _template_inputs(req: GenerationRequest, plan: ToolPlan | None, inline: bool) -> ChatInputs:
     kwargs = req.extra.get("chat_template_kwargs")
-    return chat_inputs(req.messages or [], plan.tools if plan is not None else None,
+    chat = chat_inputs(req.messages or [], plan.tools if plan is not None else None,
                        kwargs if isinstance(kwargs, dict) else None)
+    if inline and needs_inlining(chat.messages, chat.tools):
+        return ChatInputs(inline_tools(chat.messages, chat.tools), None, chat.template_kwargs)
+    return chat
 
 
 def _forced_options(options: SamplingOptions, plan: ToolPlan | None) -> SamplingOptions:

@@ -33,7 +33,8 @@ from blink.engine.config import EngineConfig
 DEFAULT_EMBEDDED_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 # How tool calls are read from an embedded model's output: a format, "auto" (the one the chat
-# template shows) or "none" (blink/backends/tool_parsers.py).
+# template shows; Hermes for a template that cannot render tools, which Blink then writes in that
+# format: blink/backends/tool_prompt.py) or "none" (blink/backends/tool_parsers.py).
 ToolParserSetting = Literal["auto", "hermes", "llama3_json", "mistral", "none"]
 
 
