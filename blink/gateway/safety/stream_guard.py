@@ -93,7 +93,8 @@ class StreamGuard:
         if verdict.redacted is not None:
             # One delta with the redacted text (token ids and logprobs no longer match it).
             tail = held[-1]
-            yield Delta(index=index, text=redact(text), finish_reason=tail.finish_reason, usage=tail.usage)
+            yield Delta(index=index, text=redact(text), finish_reason=tail.finish_reason, usage=tail.usage,
+                        prompt_tokens=next((d.prompt_tokens for d in held if d.prompt_tokens is not None), None))
             return
         for d in held:
             yield d
