@@ -3,6 +3,7 @@ holding up other requests), the per-tenant storage quota, delete, expiry and the
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -191,6 +192,9 @@ def test_batch_outputs_belong_to_the_owner_and_expire_with_retention(server: tup
     client.files.delete(upload.id)  # the batch copied its lines when it was created: it still runs
     done = wait_batch(client, batch.id)
     assert done.status == "completed" and done.output_file_id
+    # Stored objects' ids: a 16-digit time prefix, then 96 random bits (24 hex digits), not 32 or 64.
+    for object_id, prefix in ((upload.id, "file-"), (batch.id, "batch_"), (done.output_file_id, "file-")):
+        assert re.fullmatch(rf"{prefix}[0-9a-f]{{40}}", object_id), object_id
     out = client.files.retrieve(done.output_file_id)
     assert out.purpose == "batch_output" and out.expires_at == out.created_at + RETENTION_S
 
