@@ -180,7 +180,7 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
         after = request.query_params.get("after")
         limit = _limit(request.query_params.get("limit"), _LIST_DEFAULT, _LIST_MAX)
         if after is not None:
-            await _batch(store, after, caller)
+            await _batch(store, after, caller, param="after")
         page = await store.list_batches(after, limit + 1, caller.list_filter)
         data = [batch_object(b) for b in page[:limit]]
         return json_response({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
@@ -202,10 +202,12 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
     return router
 
 
-async def _batch(store: BatchStore, batch_id: str, caller: Caller) -> BatchRecord:
+async def _batch(store: BatchStore, batch_id: str, caller: Caller, param: str = "batch_id") -> BatchRecord:
+    """A batch the caller may read; otherwise the same 404 as for an id that never existed, naming
+    ``param``, the request field that carried the id."""
     rec = await store.get_batch(batch_id)
     if rec is None or not caller.may_access(rec.key_id):
-        raise NotFoundError(f"No such batch: {batch_id!r}.", param="batch_id")
+        raise NotFoundError(f"No such batch: {batch_id!r}.", param=param)
     return rec
 
 

@@ -215,3 +215,17 @@ def test_list_files_pages(server: tuple[LiveServer, Path]) -> None:
         for listing in (client.files.list, client.batches.list):
             with pytest.raises(openai.BadRequestError):
                 listing(limit=hostile)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("path", "query", "param"), [
+    ("/v1/batches", "after=batch_nope", "after"),  # named 'batch_id', which the client never sent
+    ("/v1/files", "after=file-nope", "after"),
+    ("/v1/batches", "limit=0", "limit"),
+    ("/v1/files", "limit=abc", "limit"),
+    ("/v1/files", "order=sideways", "order"),
+])
+def test_list_errors_name_the_query_parameter(server: tuple[LiveServer, Path], path: str, query: str,
+                                              param: str) -> None:
+    r = httpx.get(f"{server[0].url}{path}?{query}", headers={"authorization": f"Bearer {_key(server, 'lists')}"})
+    assert r.status_code in (400, 404), r.text
+    assert r.json()["error"]["param"] == param
