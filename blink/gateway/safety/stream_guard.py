@@ -21,9 +21,9 @@ from blink.protocol.errors import InvalidRequestError
 
 
 class ContentFilteredError(InvalidRequestError):
-    def __init__(self, categories: set[str]) -> None:
+    def __init__(self, categories: set[str], param: str = "messages") -> None:
         names = ", ".join(sorted(categories)) or "policy"
-        super().__init__(f"The request was blocked by the content filter ({names}).", param="messages",
+        super().__init__(f"The request was blocked by the content filter ({names}).", param=param,
                          code="content_filter")  # fmt: skip
 
 
@@ -55,7 +55,8 @@ class StreamGuard:
         verdict = await self._pipeline.check(input_text(req))
         if verdict.flagged:
             self._on_flag(verdict.categories)
-            raise ContentFilteredError(verdict.categories)
+            # The field that carried the input: a completion's is its prompt.
+            raise ContentFilteredError(verdict.categories, "messages" if req.kind == "chat" else "prompt")
         choices: dict[int, _Choice] = {}
         it = inner(req)
         try:
