@@ -29,8 +29,9 @@ from blink.gateway.http.dispatch import Routes
 from blink.gateway.http.json_response import json_response
 from blink.gateway.http.request_parsing import bounded_int, parse_json_object, require_json, validate
 from blink.gateway.pipeline import Directives, GenerationPipeline
+from blink.gateway.rendering.error_params import renamed, renaming_params
 from blink.gateway.rendering.generation_response import GenerationResponse
-from blink.gateway.responses.errors import responses_error, responses_params
+from blink.gateway.responses.errors import responses_param
 from blink.gateway.responses.http_response import ResponsesWire
 from blink.gateway.responses.render import ResponseRenderer
 from blink.gateway.responses.store import ResponseStore, StoredResponse
@@ -110,12 +111,12 @@ def build_responses_router(store: ResponseStore, settings: ResponsesSettings, se
             req = apply_routing_headers(t.request, request.headers)
             gen = await pipeline.run(principal, req, Directives(cache))
         except BlinkError as err:
-            responses_error(err)  # named as the client sent it (responses/errors.py)
+            renamed(err, responses_param)  # named as the client sent it (rendering/error_params.py)
             raise
         renderer = ResponseRenderer(req.request_id, model, body, body.tools or [], body.tool_choice or "auto")
         stored = partial(save, caller, body.previous_response_id, t.input_items) if body.store is not False else None
         return GenerationResponse(
-            with_middleware(gen.source, responses_params) if gen.replay is None else _Replay(gen.replay), req,
+            with_middleware(gen.source, renaming_params(responses_param)) if gen.replay is None else _Replay(gen.replay), req,
             stream=bool(body.stream), include_usage=False, t0=t0, metrics=state.metrics,
             timeout_s=server.request_timeout_s, on_complete=gen.on_complete, on_abandon=gen.on_abandon, extra_headers=gen.headers,
             usage_headers=gen.usage_headers, on_close=gen.close, wire=ResponsesWire(renderer, stored),

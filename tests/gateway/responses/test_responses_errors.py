@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from blink.gateway.responses.errors import responses_error, responses_param
-from blink.protocol.errors import InvalidRequestError
+from blink.gateway.responses.errors import responses_param
 
 
 @pytest.mark.parametrize(("chat", "responses"), [
@@ -22,13 +21,6 @@ from blink.protocol.errors import InvalidRequestError
     ("tools", "tools"),
     ("temperature", "temperature"),
     ("input[0].role", "input[0].role"),
-    (None, None),
 ])
-def test_chat_params_become_responses_fields(chat: str | None, responses: str | None) -> None:
+def test_chat_params_become_responses_fields(chat: str, responses: str) -> None:
     assert responses_param(chat) == responses
-
-
-def test_the_message_quotes_the_responses_name_too() -> None:
-    err = responses_error(InvalidRequestError("'max_completion_tokens' is too large: 9.", param="max_completion_tokens"))
-    assert (err.param, err.message, str(err)) == ("max_output_tokens", "'max_output_tokens' is too large: 9.",
-                                                  "'max_output_tokens' is too large: 9.")
