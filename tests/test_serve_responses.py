@@ -164,3 +164,27 @@ def test_vllm_sampling_extras_guidellm_shape(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         client.responses.create(model=MODEL, input="hi", extra_body={"top_k": -5})
     assert isinstance(err.value.body, dict) and err.value.body["param"] == "top_k"
+
+
+BAD_SCHEMA = {"type": "object", "properties": {"a": {"type": "nosuch"}}}
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    # Refused by the engine (the prompt, the output grammar) and by the gateway's chat checks: each
+    # named the chat field it was translated into (messages, response_format, max_completion_tokens).
+    ({"input": "word " * 3000}, "input"),
+    ({"input": "word " * 3000, "stream": True}, "input"),
+    ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "word " * 3000}]}]}, "input"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "v", "schema": BAD_SCHEMA}}}, "text.format"),
+    ({"input": "hi", "max_output_tokens": 10**9}, "max_output_tokens"),
+    # Already Responses names: kept.
+    ({"input": "hi", "tools": [{**FORECAST, "parameters": BAD_SCHEMA}], "tool_choice": "required"}, "tools"),
+    ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"input": [{"type": "message", "role": "bogus", "content": "x"}]}, "input[0].role"),
+])
+def test_every_400_names_a_field_of_the_responses_request(client: openai.OpenAI, fields: dict, param: str) -> None:
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model=MODEL, **fields)
+    body = err.value.body
+    assert isinstance(body, dict) and body["param"] == param, body
+    assert "max_completion_tokens" not in body["message"] and "response_format" not in body["message"]

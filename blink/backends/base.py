@@ -186,6 +186,10 @@ class Delta:
     # its prompt's token ids (``return_token_ids``).
     prompt_logprobs: list[PromptLogprob | None] | None = None
     prompt_token_ids: list[int] | None = None
+    # On the request's first delta, when the backend counted it (the embedded engine): every
+    # prompt's tokens, as ``usage.prompt_tokens`` will say. ``usage`` comes only at the end, and a
+    # response cut short before it is still charged its prompt (token limits, spend).
+    prompt_tokens: int | None = None
     # The next delta of this stream is already in memory (same upstream read): a writer may hold
     # this one and send both in one write. Never set when the next one still needs I/O.
     more: bool = False

@@ -293,11 +293,14 @@ class EmbeddedBackend:
                                   for index, prompt, params in jobs])
         tokens = 0
         remaining = len(jobs)
+        prompt_tokens: int | None = usage.prompt_tokens  # told on the first delta only
         try:
             async for index, out in source:
                 delta = Delta(index=index, text=out.text, token_ids=out.new_token_ids,
                               logprobs=self._logprobs(out) if out.logprobs else None,
-                              finish_reason=out.finish_reason if out.finished else None)
+                              finish_reason=out.finish_reason if out.finished else None,
+                              prompt_tokens=prompt_tokens)
+                prompt_tokens = None
                 if out.finished and isinstance(out.stop_reason, str):
                     delta.stop_reason = out.stop_reason
                 prefix.apply(delta, out)

@@ -116,7 +116,9 @@ class ToolCallStream:
             calls = calls[: max(0, self._max_calls - emitted)]
         if (emitted or calls) and not content.strip():
             content = ""  # the whitespace between and after calls is not an answer
-        out = [Delta(index=d.index, text=content, token_ids=d.token_ids, logprobs=d.logprobs)]
+        out = [Delta(index=d.index, text=content, token_ids=d.token_ids, logprobs=d.logprobs,
+                     prompt_logprobs=d.prompt_logprobs, prompt_token_ids=d.prompt_token_ids,
+                     prompt_tokens=d.prompt_tokens)]
         for k, call in enumerate(calls):
             out += _call_deltas(d.index, emitted + k, call, self._new_id())
         self._emitted[d.index] = emitted + len(calls)

@@ -42,13 +42,15 @@ def create(
         "--scope", help="Extra permission (repeat): admin, dashboard, priority:<lane> (e.g. priority:voice).")] = None,
     max_sequences: Annotated[int, typer.Option(
         help="Sequences generating at once for this key; n=4 counts 4 (0 = server default).")] = 0,
+    max_voice_sessions: Annotated[int, typer.Option(
+        help="Voice sessions (/v1/voice sockets) open at once for this key (0 = voice.max_sessions_per_key).")] = 0,
     config: ConfigOpt = None,
     db: DbOpt = None,
 ) -> None:
     """Create a key and print it (the only time the secret is shown)."""
     store = _store(config, db)
     try:
-        key, secret = store.create(tenant, model or [], rpm, tpm, scope or [], max_sequences)
+        key, secret = store.create(tenant, model or [], rpm, tpm, scope or [], max_sequences, max_voice_sessions)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -52,6 +52,10 @@ class VoiceSettings(BaseModel):
     temperature: float = Field(0.7, ge=0.0, le=2.0)
     # Concurrent sessions: each adds its STT's CPU per turn to the LLM's.
     max_sessions: int = Field(8, ge=1)
+    # Sessions one API key may hold at once, for keys whose own ``max_voice_sessions`` is 0 (0 = no
+    # per-key cap). A quarter of the default 8: one key cannot take every slot for up to
+    # ``max_session_s``, yet a client reconnecting while its old socket closes is not refused.
+    max_sessions_per_key: int = Field(2, ge=0)
     # 64 KiB is 2 s of 16 kHz PCM16; clients stream 20-100 ms chunks (640-3200 bytes).
     max_chunk_bytes: int = Field(65_536, ge=1024)
     # A session is closed after this long, whatever it is doing (30 minutes).

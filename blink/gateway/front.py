@@ -20,6 +20,7 @@ from blink.gateway.auth.keys import ApiKey
 from blink.gateway.cache.head_start import HeadStart
 from blink.gateway.cache.stage import CacheDirectives, CacheLookup, ResponseCache
 from blink.gateway.cost.tracker import CostTracker
+from blink.gateway.prompt_estimate import estimate_prompt_tokens
 from blink.gateway.ratelimit.limiter import RateLimiter, RateLimitTicket
 from blink.gateway.rendering.aggregate import ResponseAggregator
 from blink.gateway.safety.stage import SafetyStage
@@ -93,15 +94,19 @@ class GatewayFront:
 
         return done
 
-    def on_abandon(self, adm: Admission) -> Callable[[ResponseAggregator], None] | None:
-        """The callback for a response that ended before it was whole: its tokens so far still
-        count against the key's token rate limit and spend (never cached, never safety-checked:
-        there is no whole answer). None when nothing counts tokens."""
+    def on_abandon(self, adm: Admission, req: GenerationRequest) -> Callable[[ResponseAggregator], None] | None:
+        """The callback for a response that ended before it was whole: its prompt and the tokens
+        delivered still count against the key's token rate limit and spend (never cached, never
+        safety-checked: there is no whole answer). The prompt is the backend's count when it told
+        one (the embedded engine, on its first delta), else the gateway's estimate (upstreams, or
+        a client gone before the first token). None when nothing counts tokens."""
         if not (_counts_tokens(adm) or self.cost):
             return None
 
         def abandoned(agg: ResponseAggregator) -> None:
             usage = agg.usage_so_far()
+            if agg.usage is None and agg.prompt_tokens is None:
+                usage.prompt_tokens = estimate_prompt_tokens(req)
             if usage.total_tokens > 0:
                 self._charge(adm, usage, 0)
 

@@ -129,11 +129,16 @@ class Generation:
             req = self.request
             wanted = self.on_complete is not None or self.on_abandon is not None
             agg = ResponseAggregator(req.kind, req.num_choices, req.options.logprobs) if wanted else None
-            async with contextlib.aclosing(self.source.stream(req)) as deltas:  # type: ignore[type-var]
-                async for delta in deltas:
-                    if agg is not None:
-                        agg.add(delta)
-                    yield delta
+            try:
+                async with contextlib.aclosing(self.source.stream(req)) as deltas:  # type: ignore[type-var]
+                    async for delta in deltas:
+                        if agg is not None:
+                            agg.add(delta)
+                        yield delta
+            except Exception:
+                if agg is not None and not agg.began:
+                    agg = None  # refused before it began (a 4xx, the backend down): nothing to charge
+                raise
             self.close()  # before the hooks: the sequences are done once the last delta is in
             whole, agg = agg, None
             if whole is not None and self.on_complete is not None:
@@ -220,7 +225,7 @@ class GenerationPipeline:
         if observer is not None and adm.cache is not None and adm.cache.fill:
             on_complete = _observed(on_complete, observer, principal, req, adm.cache)
         return Generation(req, adm, None, source, on_complete, front.usage_headers(adm), lease,
-                          on_abandon=front.on_abandon(adm))
+                          on_abandon=front.on_abandon(adm, req))
 
     @staticmethod
     def _principal(key: ApiKey | None, model: str, directives: Directives) -> Admission:

@@ -30,6 +30,8 @@ from blink.config.voice import VoiceSettings
 from blink.gateway.auth.keys import PRINCIPAL_STATE_KEY, ApiKey, KeyStore
 from blink.gateway.http.dispatch import Routes
 from blink.gateway.pipeline import Directives, GenerationPipeline
+from blink.gateway.ratelimit.sequence_quota import SequenceLease
+from blink.gateway.ratelimit.voice_session_quota import VoiceSessionQuota
 from blink.protocol.errors import AuthenticationError
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ log = logging.getLogger("blink.voice")
 
 # Close codes the endpoint uses before a session exists (RFC 6455): refused, server fault.
 _CLOSE_POLICY, _CLOSE_SERVER_ERROR = 1008, 1011
+# Where an admitted socket keeps its voice-session lease until ``VoiceGate.close``.
+_LEASE_STATE_KEY = "blink_voice_session"
 
 
 class GatewayPath:
@@ -68,11 +72,14 @@ class GatewayPath:
 
 
 class VoiceGate:
-    """Admits a WebSocket like AuthMiddleware admits a request (it only sees HTTP scopes)."""
+    """Admits a WebSocket like AuthMiddleware admits a request (it only sees HTTP scopes), within
+    the key's share of the voice sessions (``close`` gives it back)."""
 
-    def __init__(self, pipeline: GenerationPipeline, key_store: KeyStore | None) -> None:
+    def __init__(self, pipeline: GenerationPipeline, key_store: KeyStore | None,
+                 quota: VoiceSessionQuota | None = None) -> None:
         self.pipeline = pipeline
         self.key_store = key_store
+        self.quota = quota or VoiceSessionQuota(0)
 
     async def open(self, ws: WebSocket) -> StreamSource:
         key: ApiKey | None = None
@@ -85,7 +92,14 @@ class VoiceGate:
             if key is None:
                 raise AuthenticationError("Incorrect API key provided.")
             ws.scope.setdefault("state", {})[PRINCIPAL_STATE_KEY] = key
+        ws.scope.setdefault("state", {})[_LEASE_STATE_KEY] = self.quota.acquire(key)
         return GatewayPath(self.pipeline, key)
+
+    def close(self, ws: WebSocket) -> None:
+        """The session ``open`` admitted on ``ws`` ended: its slot is the key's again."""
+        lease: SequenceLease | None = ws.scope.get("state", {}).pop(_LEASE_STATE_KEY, None)
+        if lease is not None:
+            lease.release()
 
 
 def _presented_key(ws: WebSocket) -> str | None:
@@ -104,7 +118,7 @@ class VoiceService:
                  metrics_registry: CollectorRegistry) -> None:  # fmt: skip
         self.settings = settings
         self.registry = pipeline.registry
-        self.gate = VoiceGate(pipeline, key_store)
+        self.gate = VoiceGate(pipeline, key_store, VoiceSessionQuota(settings.max_sessions_per_key))
         self.metrics_registry = metrics_registry
         self.sessions: VoiceSessions | None = None
         self.unavailable = None if settings.enabled else (

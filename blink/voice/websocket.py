@@ -19,7 +19,8 @@ Server -> client
   * ``error`` {error: {message, type, param, code}} (OpenAI's shape). A backend error ends that
     answer only; bad input closes the socket: 1003 wrong sample format (an odd-length chunk or a
     refused ``session.configure``), 1007 a text message that is not a JSON object, 1009 a chunk
-    over the limit, 1008 refused (no valid API key), 1013 too many sessions, 1011 a server fault.
+    over the limit, 1008 refused (no valid API key), 1013 too many sessions (the server's, or the
+    API key's own share), 1011 a server fault.
 """
 
 from __future__ import annotations
@@ -76,9 +77,13 @@ class VoiceLimits:
 
 
 class SessionGate(Protocol):
-    """Admits a session and gives the backend its turns go through (raises ``BlinkError`` to refuse)."""
+    """Admits a session and gives the backend its turns go through (raises ``BlinkError`` to refuse:
+    a 429 is "busy", 1013, anything else 1008)."""
 
     async def open(self, ws: WebSocket) -> StreamSource: ...
+
+    def close(self, ws: WebSocket) -> None:
+        """The session ``open`` admitted on ``ws`` ended, however it ended: give back what it held."""
 
 
 class _Refused(Exception):
@@ -144,19 +149,24 @@ class VoiceSessions:
                 backend = await self.gate.open(ws)
             except BlinkError as exc:
                 body = exc.body()["error"]
-                await refuse(ws, CLOSE_POLICY, error_event(body["message"], body["type"], body["param"], body["code"]))
+                await refuse(ws, CLOSE_TRY_LATER if exc.status == 429 else CLOSE_POLICY,
+                             error_event(body["message"], body["type"], body["param"], body["code"]))
                 return
-        if self.active >= self.limits.max_sessions:
-            await refuse(ws, CLOSE_TRY_LATER, error_event(
-                f"Too many voice sessions (limit {self.limits.max_sessions}); retry later.",
-                "rate_limit_exceeded", code="too_many_sessions"))
-            return
-        self.active += 1
         try:
-            await ws.accept()
-            await _Session(ws, self, backend).run()
+            if self.active >= self.limits.max_sessions:
+                await refuse(ws, CLOSE_TRY_LATER, error_event(
+                    f"Too many voice sessions (limit {self.limits.max_sessions}); retry later.",
+                    "rate_limit_exceeded", code="too_many_sessions"))
+                return
+            self.active += 1
+            try:
+                await ws.accept()
+                await _Session(ws, self, backend).run()
+            finally:
+                self.active -= 1
         finally:
-            self.active -= 1
+            if self.gate is not None:
+                self.gate.close(ws)
 
 
 class _Session:

@@ -39,6 +39,9 @@ async def test_is_a_backend_and_streams_a_chat(backend: EmbeddedBackend) -> None
     assert deltas[-1].finish_reason == "length"
     assert deltas[-1].usage is not None
     assert deltas[-1].usage.completion_tokens == 12 == sum(len(d.token_ids) for d in deltas)
+    # The prompt's count comes first (a stream cut short is charged it), then never again.
+    assert deltas[0].prompt_tokens == deltas[-1].usage.prompt_tokens > 0
+    assert all(d.prompt_tokens is None for d in deltas[1:])
     text = "".join(d.text for d in deltas)
     assert text == backend.engine.tokenizer.decode([t for d in deltas for t in d.token_ids])
 

@@ -182,3 +182,11 @@ def test_prepare_tools_auto_and_plain() -> None:
     plain = prepare_tools(_req({"chat_template_kwargs": {"enable_thinking": False}}), lambda: None)  # type: ignore[arg-type]
     assert plain.calls is None and plain.chat is not None and plain.chat.tools is None
     assert plain.chat.template_kwargs == {"enable_thinking": False}
+
+
+def test_the_first_deltas_prompt_data_survive_the_rewrite() -> None:
+    """The rewrite built new deltas from the text alone: with tools on, ``return_token_ids`` lost the
+    prompt's token ids, ``prompt_logprobs`` its logprobs, and a cut-short stream its prompt count."""
+    first = Delta(text="<tool", token_ids=[1], prompt_token_ids=[5, 6], prompt_logprobs=[None], prompt_tokens=2)
+    out = _stream({}).rewrite(first)
+    assert (out[0].prompt_token_ids, out[0].prompt_logprobs, out[0].prompt_tokens) == ([5, 6], [None], 2)

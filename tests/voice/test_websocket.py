@@ -236,10 +236,12 @@ def test_blink_voice_plays_a_wav_file_and_prints_transcript_and_timings(
 
 async def test_api_keys_and_session_limits_guard_the_voice_socket(tmp_path: Path) -> None:
     keys_db = tmp_path / "keys.db"
-    _, secret = ApiKeyStore(keys_db).create("acme")
+    store = ApiKeyStore(keys_db)
+    _, secret = store.create("acme", max_voice_sessions=1)
+    _, other = store.create("acme")  # the server default: 2 sessions per key
     settings = Settings(models=[OpenAIHTTPModel(name="up", kind="openai_http", base_url="http://127.0.0.1:9/v1")],
                         auth=AuthSettings(enabled=True, keys_db=str(keys_db)),
-                        voice={"enabled": True, "max_sessions": 1, "max_session_s": 2})
+                        voice={"enabled": True, "max_sessions": 2, "max_session_s": 2})
     with LiveServer(build_app(settings)) as server:
         url = f"ws://127.0.0.1:{server.port}/v1/voice"
         for headers, code in [({}, "missing_api_key"), ({"authorization": "Bearer wrong"}, "invalid_api_key")]:
@@ -250,11 +252,28 @@ async def test_api_keys_and_session_limits_guard_the_voice_socket(tmp_path: Path
         async with connect(url, additional_headers={"x-api-key": secret}) as ws:
             inbox = Inbox(ws)
             await inbox.wait_for(lambda: inbox.events("session.created"), 30)
-            # One session at most: a second one is told to come back later.
+            # The key's own share (1): its second session is told to come back later (one key
+            # could hold every slot for max_session_s)...
             close, items = await _refused_with(url, {"x-api-key": secret})
             assert close == 1013
-            assert [m["error"]["code"] for m in items if isinstance(m, dict)] == ["too_many_sessions"]
-            # The session time limit (2 s here) closes even an idle session.
+            assert [(m["error"]["type"], m["error"]["code"]) for m in items if isinstance(m, dict)] == [
+                ("rate_limit_error", "too_many_sessions")]
+            # ...while another key still gets one; then every slot (2) is taken, whoever asks.
+            async with connect(url, additional_headers={"x-api-key": other}) as ws2:
+                inbox2 = Inbox(ws2)
+                await inbox2.wait_for(lambda: inbox2.events("session.created"), 30)
+                close, items = await _refused_with(url, {"x-api-key": other})
+                assert close == 1013
+                assert [m["error"]["code"] for m in items if isinstance(m, dict)] == ["too_many_sessions"]
+                # The session time limit (2 s here) closes even an idle session.
+                await asyncio.wait_for(inbox.task, 30)
+                await asyncio.wait_for(inbox2.task, 30)
+        assert ws.close_code == 1000
+        # Its session closed: the key's slot is free again (the refusal above took none).
+        async with connect(url, additional_headers={"x-api-key": secret}) as ws:
+            inbox = Inbox(ws)
+            await inbox.wait_for(lambda: inbox.events("session.created"), 30)
+            await ws.send(json.dumps({"type": "session.close"}))
             await asyncio.wait_for(inbox.task, 30)
         assert ws.close_code == 1000
 

@@ -42,13 +42,15 @@ CREATE TABLE IF NOT EXISTS api_keys (
     created_at REAL NOT NULL,
     revoked_at REAL,
     scopes TEXT NOT NULL DEFAULT '',
-    max_sequences INTEGER NOT NULL DEFAULT 0
+    max_sequences INTEGER NOT NULL DEFAULT 0,
+    max_voice_sessions INTEGER NOT NULL DEFAULT 0
 )
 """
 # Columns added after the first release: a key file written by an older Blink gains them on open.
-_ADDED_COLUMNS = (("scopes", "TEXT NOT NULL DEFAULT ''"), ("max_sequences", "INTEGER NOT NULL DEFAULT 0"))
+_ADDED_COLUMNS = (("scopes", "TEXT NOT NULL DEFAULT ''"), ("max_sequences", "INTEGER NOT NULL DEFAULT 0"),
+                  ("max_voice_sessions", "INTEGER NOT NULL DEFAULT 0"))
 _COLUMNS = ("key_id, tenant, models, requests_per_minute, tokens_per_minute, created_at, revoked_at, scopes, "
-            "max_sequences")
+            "max_sequences, max_voice_sessions")
 
 # What a key may do beyond generating with its models. A scope is granted explicitly
 # (``blink keys create --scope dashboard``); a key without scopes generates and manages its own
@@ -73,6 +75,8 @@ class ApiKey:
     scopes: list[str] = field(default_factory=list)
     # Sequences (``n`` counts n) this key may have generating at once; 0 = the server default.
     max_sequences: int = 0
+    # Voice sessions (``/v1/voice`` sockets) this key may hold open at once; 0 = the server default.
+    max_voice_sessions: int = 0
 
     def allows(self, model: str) -> bool:
         return not self.models or model in self.models
@@ -135,12 +139,13 @@ class ApiKeyStore:
 
     def create(
         self, tenant: str, models: list[str] | None = None, requests_per_minute: int = 0, tokens_per_minute: int = 0,
-        scopes: list[str] | None = None, max_sequences: int = 0,
+        scopes: list[str] | None = None, max_sequences: int = 0, max_voice_sessions: int = 0,
     ) -> tuple[ApiKey, str]:
         """A new key; the secret is returned once and never stored."""
-        key, secret = new_key(tenant, models, requests_per_minute, tokens_per_minute, scopes, max_sequences)
+        key, secret = new_key(tenant, models, requests_per_minute, tokens_per_minute, scopes, max_sequences,
+                              max_voice_sessions)
         with self._lock:
-            self._db.execute(f"INSERT INTO api_keys (key_hash, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            self._db.execute(f"INSERT INTO api_keys (key_hash, {_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                              (hash_key(secret), *key_row(key)))
         return key, secret
 
@@ -194,30 +199,34 @@ class ApiKeyStore:
 
 def new_key(
     tenant: str, models: list[str] | None, requests_per_minute: int, tokens_per_minute: int,
-    scopes: list[str] | None, max_sequences: int,
+    scopes: list[str] | None, max_sequences: int, max_voice_sessions: int = 0,
 ) -> tuple[ApiKey, str]:
     """A fresh key record and its secret (shared by the SQLite and PostgreSQL stores)."""
     if max_sequences < 0:
         raise ValueError("max_sequences must be >= 0 (0 = the server default)")
+    if max_voice_sessions < 0:
+        raise ValueError("max_voice_sessions must be >= 0 (0 = the server default)")
     key_id = secrets.token_hex(4)
     secret = f"bk-{key_id}-{secrets.token_urlsafe(_SECRET_BYTES)}"
     key = ApiKey(key_id, tenant, list(models or []), requests_per_minute, tokens_per_minute, time.time(),
-                 scopes=validate_scopes(list(scopes or [])), max_sequences=max_sequences)
+                 scopes=validate_scopes(list(scopes or [])), max_sequences=max_sequences,
+                 max_voice_sessions=max_voice_sessions)
     return key, secret
 
 
 def key_row(key: ApiKey) -> tuple[object, ...]:
     """``key``'s values in ``_COLUMNS`` order."""
     return (key.key_id, key.tenant, ",".join(key.models), key.requests_per_minute, key.tokens_per_minute,
-            key.created_at, key.revoked_at, ",".join(key.scopes), key.max_sequences)
+            key.created_at, key.revoked_at, ",".join(key.scopes), key.max_sequences, key.max_voice_sessions)
 
 
 def _from_row(row: tuple[object, ...]) -> ApiKey:
-    key_id, tenant, models, rpm, tpm, created, revoked, scopes, max_sequences = row
+    key_id, tenant, models, rpm, tpm, created, revoked, scopes, max_sequences, max_voice_sessions = row
     return ApiKey(
         str(key_id), str(tenant), [m for m in str(models).split(",") if m], int(rpm), int(tpm),  # type: ignore[call-overload]
         float(created), None if revoked is None else float(revoked),  # type: ignore[arg-type]
         [s for s in str(scopes or "").split(",") if s], int(max_sequences or 0),  # type: ignore[call-overload]
+        int(max_voice_sessions or 0),  # type: ignore[call-overload]
     )
 
 

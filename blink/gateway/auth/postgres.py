@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS blink_api_keys (
 );
 ALTER TABLE blink_api_keys ADD COLUMN IF NOT EXISTS scopes text NOT NULL DEFAULT '';
 ALTER TABLE blink_api_keys ADD COLUMN IF NOT EXISTS max_sequences integer NOT NULL DEFAULT 0;
+ALTER TABLE blink_api_keys ADD COLUMN IF NOT EXISTS max_voice_sessions integer NOT NULL DEFAULT 0;
 """
 
 
@@ -62,12 +63,13 @@ class PostgresKeyStore:
 
     def create(
         self, tenant: str, models: list[str] | None = None, requests_per_minute: int = 0, tokens_per_minute: int = 0,
-        scopes: list[str] | None = None, max_sequences: int = 0,
+        scopes: list[str] | None = None, max_sequences: int = 0, max_voice_sessions: int = 0,
     ) -> tuple[ApiKey, str]:
-        key, secret = new_key(tenant, models, requests_per_minute, tokens_per_minute, scopes, max_sequences)
+        key, secret = new_key(tenant, models, requests_per_minute, tokens_per_minute, scopes, max_sequences,
+                              max_voice_sessions)
         with self._sync() as conn:
             conn.execute(f"INSERT INTO blink_api_keys (key_hash, {_COLUMNS}) "
-                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", (hash_key(secret), *key_row(key)))
+                         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)", (hash_key(secret), *key_row(key)))
         return key, secret
 
     def lookup(self, secret: str) -> ApiKey | None:

@@ -9,8 +9,8 @@ event loop nor sits in memory; an oversize one is refused by its ``content-lengt
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
-import uuid
 from typing import Any, BinaryIO
 
 from starlette.datastructures import FormData, UploadFile
@@ -21,7 +21,7 @@ from starlette.responses import Response, StreamingResponse
 from blink.config.batch import BatchSettings
 from blink.gateway.batch.access import Caller, caller_of
 from blink.gateway.batch.jsonl import ENDPOINTS, iter_lines, parse_lines
-from blink.gateway.batch.runner import BatchRunner, new_file_id
+from blink.gateway.batch.runner import STORED_ID_BYTES, BatchRunner, new_file_id
 from blink.gateway.batch.store import CHUNK_BYTES, BatchRecord, BatchStore, FileRecord, StorageQuotaExceeded
 from blink.gateway.http.dispatch import Routes
 from blink.gateway.http.json_response import json_response
@@ -180,7 +180,7 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
         after = request.query_params.get("after")
         limit = _limit(request.query_params.get("limit"), _LIST_DEFAULT, _LIST_MAX)
         if after is not None:
-            await _batch(store, after, caller)
+            await _batch(store, after, caller, param="after")
         page = await store.list_batches(after, limit + 1, caller.list_filter)
         data = [batch_object(b) for b in page[:limit]]
         return json_response({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
@@ -202,10 +202,12 @@ def build_batch_router(store: BatchStore, runner: BatchRunner, settings: BatchSe
     return router
 
 
-async def _batch(store: BatchStore, batch_id: str, caller: Caller) -> BatchRecord:
+async def _batch(store: BatchStore, batch_id: str, caller: Caller, param: str = "batch_id") -> BatchRecord:
+    """A batch the caller may read; otherwise the same 404 as for an id that never existed, naming
+    ``param``, the request field that carried the id."""
     rec = await store.get_batch(batch_id)
     if rec is None or not caller.may_access(rec.key_id):
-        raise NotFoundError(f"No such batch: {batch_id!r}.", param="batch_id")
+        raise NotFoundError(f"No such batch: {batch_id!r}.", param=param)
     return rec
 
 
@@ -265,8 +267,9 @@ def _checked_size(file: BinaryIO, settings: BatchSettings) -> int:
 
 
 def _new_batch_id() -> str:
-    """Time-ordered (creation nanoseconds first), so newest-first listing is exact within a second."""
-    return f"batch_{time.time_ns():016x}{uuid.uuid4().hex[:16]}"
+    """Time-ordered (creation nanoseconds first), so newest-first listing is exact within a second;
+    then ``STORED_ID_BYTES`` from the OS's CSPRNG (unguessable)."""
+    return f"batch_{time.time_ns():016x}{secrets.token_hex(STORED_ID_BYTES)}"
 
 
 def _required_str(body: dict[str, Any], name: str) -> str:

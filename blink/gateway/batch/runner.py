@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
-import uuid
 from dataclasses import dataclass
 
 import orjson
@@ -28,6 +28,10 @@ from blink.gateway.batch.executor import LineExecutor, LineResult
 from blink.gateway.batch.jsonl import output_line
 from blink.gateway.batch.store import BatchRecord, BatchStore, FileRecord, PendingLine
 from blink.tasks import cancel_and_wait
+
+# Random bytes in a stored object's id (files, batches) after its time prefix: 96 bits, so an id
+# cannot be guessed or enumerated even by a client that has seen many.
+STORED_ID_BYTES = 12
 
 log = logging.getLogger("blink.gateway.batch")
 
@@ -227,5 +231,6 @@ def _normalize(line: bytes) -> bytes:
 
 
 def new_file_id() -> str:
-    """Time-ordered (creation nanoseconds first), so listing by creation is exact within a second."""
-    return f"file-{time.time_ns():016x}{uuid.uuid4().hex[:8]}"
+    """Time-ordered (creation nanoseconds first), so listing by creation is exact within a second;
+    then ``STORED_ID_BYTES`` from the OS's CSPRNG, so the id of someone's file cannot be guessed."""
+    return f"file-{time.time_ns():016x}{secrets.token_hex(STORED_ID_BYTES)}"

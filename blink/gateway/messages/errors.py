@@ -11,6 +11,7 @@ on its way out; the OpenAI routes never pass through it. Mid-stream failures are
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -27,6 +28,27 @@ _TYPES = {401: "authentication_error", 402: "billing_error", 403: "permission_er
           529: "overloaded_error"}
 # Anthropic reports an overloaded service as 529, never 503.
 _STATUS = {503: 529}
+
+
+# A chat field -> the Messages field it was translated from (the rest of the path follows).
+_FIELDS = {"max_completion_tokens": "max_tokens", "stop": "stop_sequences", "user": "metadata.user_id"}
+_HEAD = re.compile(r"[a-z_]+")
+# ``tools[0].function.parameters`` is ``tools[0].input_schema``; ``tools[0].function.name`` is
+# ``tools[0].name``; ``tool_choice.function.name`` is ``tool_choice.name``.
+_FUNCTION = re.compile(r"^(tools\[\d+\]|tool_choice)\.function")
+
+
+def messages_param(param: str) -> str:
+    """The Messages request field a chat-side error ``param`` stands for (rendering/error_params.py)."""
+    if param.startswith(("messages[", "messages.")):
+        # The chat conversation is the system prompt, then the messages with each tool result
+        # its own message: its indices are not the client's.
+        return "messages"
+    head = _HEAD.match(param)
+    if head is not None and head.group(0) in _FIELDS:
+        return _FIELDS[head.group(0)] + param[head.end():]
+    param = _FUNCTION.sub(r"\1", param, count=1)
+    return re.sub(r"^(tools\[\d+\])\.parameters", r"\1.input_schema", param, count=1)
 
 
 def anthropic_status(status: int) -> int:

@@ -16,7 +16,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from blink.backends.base import SamplingOptions, TokenCounter
+from blink.backends.base import SamplingOptions, TokenCounter, with_middleware
 from blink.backends.registry import BackendRegistry
 from blink.backends.request_body import request_from_body
 from blink.config.server import ServerSettings
@@ -26,13 +26,15 @@ from blink.gateway.front import GatewayFront
 from blink.gateway.http.dispatch import Routes
 from blink.gateway.http.json_response import json_response
 from blink.gateway.http.request_parsing import parse_json_object, require_json, validate
+from blink.gateway.messages.errors import messages_param
 from blink.gateway.messages.request import chat_body, messages_request
 from blink.gateway.messages.response import MessagesEncoder, MessagesReplayResponse
 from blink.gateway.pipeline import Directives, GenerationPipeline
+from blink.gateway.rendering.error_params import renamed, renaming_params
 from blink.gateway.rendering.generation_response import GenerationResponse
 from blink.obs import annotate, lap
 from blink.obs.metrics import GatewayMetrics
-from blink.protocol.errors import InvalidRequestError
+from blink.protocol.errors import BlinkError, InvalidRequestError
 from blink.protocol.messages import CountTokensRequest, MessagesRequest
 
 
@@ -55,11 +57,16 @@ def add_messages_routes(router: Routes, registry: BackendRegistry, settings: Ser
             messages_request(body, body.model, settings.max_tokens_limit, settings.request_timeout_s),
             request.headers)
         req.native_api, req.native_body = "messages", raw  # an upstream serving /v1/messages gets it as sent
-        gen = await pipeline.run(principal, req, Directives(cache))
+        try:
+            gen = await pipeline.run(principal, req, Directives(cache))
+        except BlinkError as err:
+            renamed(err, messages_param)  # named as the client sent it (rendering/error_params.py)
+            raise
         if gen.replay is not None:
             return MessagesReplayResponse(req, gen.replay, stream=body.stream, headers=gen.headers)
         return GenerationResponse(
-            gen.source, req, stream=body.stream, include_usage=False, t0=t0, metrics=metrics,
+            with_middleware(gen.source, renaming_params(messages_param)), req, stream=body.stream, include_usage=False,
+            t0=t0, metrics=metrics,
             timeout_s=settings.request_timeout_s, on_complete=gen.on_complete, on_abandon=gen.on_abandon, extra_headers=gen.headers,
             usage_headers=gen.usage_headers, on_close=gen.close, wire=MessagesEncoder(req),
         )
@@ -79,7 +86,11 @@ def add_messages_routes(router: Routes, registry: BackendRegistry, settings: Ser
         chat = chat_body(body, body.model)
         req = request_from_body("count", body.model, "chat", SamplingOptions(), chat, messages=chat["messages"],
                                 native_api="messages", native_body=raw)
-        count = await backend.count_tokens(req)
+        try:
+            count = await backend.count_tokens(req)
+        except BlinkError as err:
+            renamed(err, messages_param)
+            raise
         return json_response({"input_tokens": count})
 
 

@@ -34,9 +34,17 @@ class ResponseAggregator:
         # Output tokens delivered so far (token ids, else one per output-carrying delta): what an
         # abandoned response is charged when no usage came (GenerationResponse's ``on_abandon``).
         self.output_tokens = 0
+        # The prompt's tokens as the backend counted them on its first delta (``Delta.prompt_tokens``),
+        # None when it told none (an upstream that reports usage only at the end).
+        self.prompt_tokens: int | None = None
+        # A delta came: the backend took the request (an error before any is a refusal, not charged).
+        self.began = False
 
     def add(self, d: Delta) -> None:
+        self.began = True
         self.output_tokens += len(d.token_ids) or (1 if d.text or d.tool_calls else 0)
+        if d.prompt_tokens is not None:
+            self.prompt_tokens = d.prompt_tokens
         while d.index >= len(self._choices):
             self._choices.append(_Choice())
         choice = self._choices[d.index]
@@ -58,9 +66,11 @@ class ResponseAggregator:
             self.usage = d.usage
 
     def usage_so_far(self) -> Usage:
-        """The usage reported, or, for a response that ended before its usage came, the output
-        tokens delivered (its prompt tokens are not known here)."""
-        return self.usage if self.usage is not None else Usage(completion_tokens=self.output_tokens)
+        """The usage reported, or, for a response that ended before its usage came, the prompt
+        tokens the backend counted (0 when it counted none) and the output tokens delivered."""
+        if self.usage is not None:
+            return self.usage
+        return Usage(prompt_tokens=self.prompt_tokens or 0, completion_tokens=self.output_tokens)
 
     def render(self, request_id: str, model: str, created: int) -> dict[str, Any]:
         chat = self._kind == "chat"

@@ -132,14 +132,20 @@ class GenerationResponse(Response):
         wire = self._wire
         # Runs once this task waits on the backend (the loop's next turn): off the first token's path.
         asyncio.get_running_loop().call_soon(wire.prepare)
+        req = self._req
+        wanted = self._on_complete is not None or self._on_abandon is not None
+        # Before the first delta: a client gone while the prompt is read is charged for it.
+        agg = self._agg = ResponseAggregator(req.kind, req.num_choices, False) if wanted else None
         try:
             first: Delta | None = await self._first_delta(it, send)
         except StopAsyncIteration:
             first = None
         except BlinkError as err:
+            self._agg = None  # refused before it began: nothing to charge
             await self._fail(send, err)
             return
         except Exception:
+            self._agg = None
             log.exception("backend %s failed before the first token", self._backend.name)
             await self._fail(send, InternalServerError("The backend failed before the first token."))
             return
@@ -148,9 +154,6 @@ class GenerationResponse(Response):
         else:
             await send(self._start_message(b"text/event-stream", None))
             self._started = True
-        req = self._req
-        wanted = self._on_complete is not None or self._on_abandon is not None
-        agg = self._agg = ResponseAggregator(req.kind, req.num_choices, False) if wanted else None
         # Deltas already in memory together (``Delta.more``) go out in one write: one syscall
         # and one pass through the ASGI send chain instead of one per token. The per-delta work
         # is inline (no coroutine per delta): this loop runs once per token of every stream.
@@ -225,9 +228,13 @@ class GenerationResponse(Response):
                 wire.add(delta)
             body = await wire.whole(agg)
         except BlinkError as err:
+            if not agg.began:
+                self._agg = None  # refused before it began: nothing to charge
             await self._fail(send, err)
             return
         except Exception:
+            if not agg.began:
+                self._agg = None
             log.exception("backend %s failed", self._backend.name)
             await self._fail(send, InternalServerError("The backend failed."))
             return

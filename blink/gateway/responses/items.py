@@ -10,7 +10,7 @@ are one assistant turn), a ``function_call_output`` is a ``tool`` message. Items
 
 from __future__ import annotations
 
-from random import getrandbits
+import secrets
 from typing import Any
 
 from blink.protocol.errors import InvalidRequestError
@@ -29,8 +29,10 @@ _ITEM_FIELDS = {
 
 
 def new_id(prefix: str) -> str:
-    """``prefix_`` + 48 hex digits: unique, not secret (ownership, not the id, guards access)."""
-    return f"{prefix}_{getrandbits(192):048x}"
+    """``prefix_`` + 48 hex digits from the OS's CSPRNG: ownership guards access, and the ids of
+    stored responses and items are unguessable too (a Mersenne Twister's state, hence every later
+    id, can be recovered from the ids it gave out)."""
+    return f"{prefix}_{secrets.token_hex(24)}"
 
 
 def normalize_input(value: str | list[Any] | None) -> list[dict[str, Any]]:

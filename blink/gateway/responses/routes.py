@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from blink.backends.base import Delta, GenerationRequest
+from blink.backends.base import Delta, GenerationRequest, with_middleware
 from blink.config.responses import ResponsesSettings
 from blink.config.server import ServerSettings
 from blink.gateway.auth.keys import PRINCIPAL_STATE_KEY, ApiKey
@@ -29,13 +29,15 @@ from blink.gateway.http.dispatch import Routes
 from blink.gateway.http.json_response import json_response
 from blink.gateway.http.request_parsing import bounded_int, parse_json_object, require_json, validate
 from blink.gateway.pipeline import Directives, GenerationPipeline
+from blink.gateway.rendering.error_params import renamed, renaming_params
 from blink.gateway.rendering.generation_response import GenerationResponse
+from blink.gateway.responses.errors import responses_param
 from blink.gateway.responses.http_response import ResponsesWire
 from blink.gateway.responses.render import ResponseRenderer
 from blink.gateway.responses.store import ResponseStore, StoredResponse
 from blink.gateway.responses.translate import translate
 from blink.obs import annotate, lap
-from blink.protocol.errors import InvalidRequestError, NotFoundError
+from blink.protocol.errors import BlinkError, InvalidRequestError, NotFoundError
 from blink.protocol.responses import ResponsesRequest
 
 # OpenAI's page size bounds for list endpoints.
@@ -104,13 +106,17 @@ def build_responses_router(store: ResponseStore, settings: ResponsesSettings, se
         model = body.model or pipeline.registry.default_model()
         caller = caller_of(request)
         past = await history(caller, body.previous_response_id) if body.previous_response_id else []
-        t = translate(body, raw, model, past, server.max_tokens_limit, server.request_timeout_s)
-        req = apply_routing_headers(t.request, request.headers)
-        gen = await pipeline.run(principal, req, Directives(cache))
+        try:
+            t = translate(body, raw, model, past, server.max_tokens_limit, server.request_timeout_s)
+            req = apply_routing_headers(t.request, request.headers)
+            gen = await pipeline.run(principal, req, Directives(cache))
+        except BlinkError as err:
+            renamed(err, responses_param)  # named as the client sent it (rendering/error_params.py)
+            raise
         renderer = ResponseRenderer(req.request_id, model, body, body.tools or [], body.tool_choice or "auto")
         stored = partial(save, caller, body.previous_response_id, t.input_items) if body.store is not False else None
         return GenerationResponse(
-            gen.source if gen.replay is None else _Replay(gen.replay), req,
+            with_middleware(gen.source, renaming_params(responses_param)) if gen.replay is None else _Replay(gen.replay), req,
             stream=bool(body.stream), include_usage=False, t0=t0, metrics=state.metrics,
             timeout_s=server.request_timeout_s, on_complete=gen.on_complete, on_abandon=gen.on_abandon, extra_headers=gen.headers,
             usage_headers=gen.usage_headers, on_close=gen.close, wire=ResponsesWire(renderer, stored),

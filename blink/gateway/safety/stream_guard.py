@@ -21,9 +21,9 @@ from blink.protocol.errors import InvalidRequestError
 
 
 class ContentFilteredError(InvalidRequestError):
-    def __init__(self, categories: set[str]) -> None:
+    def __init__(self, categories: set[str], param: str = "messages") -> None:
         names = ", ".join(sorted(categories)) or "policy"
-        super().__init__(f"The request was blocked by the content filter ({names}).", param="messages",
+        super().__init__(f"The request was blocked by the content filter ({names}).", param=param,
                          code="content_filter")  # fmt: skip
 
 
@@ -55,7 +55,8 @@ class StreamGuard:
         verdict = await self._pipeline.check(input_text(req))
         if verdict.flagged:
             self._on_flag(verdict.categories)
-            raise ContentFilteredError(verdict.categories)
+            # The field that carried the input: a completion's is its prompt.
+            raise ContentFilteredError(verdict.categories, "messages" if req.kind == "chat" else "prompt")
         choices: dict[int, _Choice] = {}
         it = inner(req)
         try:
@@ -93,7 +94,8 @@ class StreamGuard:
         if verdict.redacted is not None:
             # One delta with the redacted text (token ids and logprobs no longer match it).
             tail = held[-1]
-            yield Delta(index=index, text=redact(text), finish_reason=tail.finish_reason, usage=tail.usage)
+            yield Delta(index=index, text=redact(text), finish_reason=tail.finish_reason, usage=tail.usage,
+                        prompt_tokens=next((d.prompt_tokens for d in held if d.prompt_tokens is not None), None))
             return
         for d in held:
             yield d

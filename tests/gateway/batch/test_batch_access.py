@@ -108,7 +108,7 @@ def test_other_keys_get_404_for_everything_the_owner_made(keys: Keys) -> None:
                    completion_window="24h")
         _not_found("batch_id", other.batches.retrieve, done.id)
         _not_found("batch_id", other.batches.cancel, done.id)
-        _not_found("batch_id", other.batches.list, after=done.id)
+        _not_found("after", other.batches.list, after=done.id)
         _not_found("after", other.files.list, after=file_id)
         assert not {file_id, output_id} & _file_ids(other)
         assert done.id not in _batch_ids(other)

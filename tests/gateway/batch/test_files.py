@@ -3,6 +3,7 @@ holding up other requests), the per-tenant storage quota, delete, expiry and the
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -191,6 +192,9 @@ def test_batch_outputs_belong_to_the_owner_and_expire_with_retention(server: tup
     client.files.delete(upload.id)  # the batch copied its lines when it was created: it still runs
     done = wait_batch(client, batch.id)
     assert done.status == "completed" and done.output_file_id
+    # Stored objects' ids: a 16-digit time prefix, then 96 random bits (24 hex digits), not 32 or 64.
+    for object_id, prefix in ((upload.id, "file-"), (batch.id, "batch_"), (done.output_file_id, "file-")):
+        assert re.fullmatch(rf"{prefix}[0-9a-f]{{40}}", object_id), object_id
     out = client.files.retrieve(done.output_file_id)
     assert out.purpose == "batch_output" and out.expires_at == out.created_at + RETENTION_S
 
@@ -211,3 +215,17 @@ def test_list_files_pages(server: tuple[LiveServer, Path]) -> None:
         for listing in (client.files.list, client.batches.list):
             with pytest.raises(openai.BadRequestError):
                 listing(limit=hostile)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("path", "query", "param"), [
+    ("/v1/batches", "after=batch_nope", "after"),  # named 'batch_id', which the client never sent
+    ("/v1/files", "after=file-nope", "after"),
+    ("/v1/batches", "limit=0", "limit"),
+    ("/v1/files", "limit=abc", "limit"),
+    ("/v1/files", "order=sideways", "order"),
+])
+def test_list_errors_name_the_query_parameter(server: tuple[LiveServer, Path], path: str, query: str,
+                                              param: str) -> None:
+    r = httpx.get(f"{server[0].url}{path}?{query}", headers={"authorization": f"Bearer {_key(server, 'lists')}"})
+    assert r.status_code in (400, 404), r.text
+    assert r.json()["error"]["param"] == param

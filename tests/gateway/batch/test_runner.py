@@ -15,7 +15,7 @@ from blink.config.batch import BatchSettings
 from blink.config.models import OpenAIHTTPModel
 from blink.config.settings import Settings
 from blink.gateway.batch.executor import LineResult
-from blink.gateway.batch.runner import retryable
+from blink.gateway.batch.runner import new_file_id, retryable
 from blink.serve import build_app
 
 LINES = 6
@@ -114,3 +114,11 @@ async def test_a_rate_limited_line_waits_for_its_retry_after(tmp_path: object) -
     batch = BatchRecord("b", "f", "/v1/chat/completions", "24h", "in_progress", 0, key_id="k1")
     res = await runner._execute_with_retry(batch, PendingLine(0, "c", {}))
     assert res.status == 200 and calls == ["k1", "k1", "k1"]
+
+
+def test_file_ids_are_time_ordered_and_carry_96_random_bits() -> None:
+    """File ids carried 32 random bits (``uuid4().hex[:8]``): a stored object's id must not be guessable."""
+    ids = [new_file_id() for _ in range(1000)]
+    assert all(len(i) == len("file-") + 16 + 24 and i[5:].isalnum() and i[5:] == i[5:].lower() for i in ids)
+    assert len({i[-24:] for i in ids}) == 1000  # the random part alone tells them apart
+    assert ids == sorted(ids, key=lambda i: i[5:21])  # creation order first

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from blink.gateway.http.errors import error_messages
-from blink.gateway.messages.errors import AnthropicErrorMiddleware
+from blink.gateway.messages.errors import AnthropicErrorMiddleware, messages_param
 from blink.protocol.errors import BlinkError, InvalidRequestError, OverloadedError, RateLimitError
 
 
@@ -64,3 +64,21 @@ def test_successes_and_other_routes_pass_untouched() -> None:
     assert _run("/v1/messages", ok) == ok
     err = list(error_messages(InvalidRequestError("bad")))
     assert _run("/v1/chat/completions", err) == err
+
+
+@pytest.mark.parametrize(("chat", "anthropic"), [
+    # What the chat translation (or an OpenAI-compatible upstream answering it) names.
+    ("messages", "messages"),
+    ("messages[1].content", "messages"),  # the system prompt and tool results shift chat indices
+    ("max_completion_tokens", "max_tokens"),
+    ("max_tokens", "max_tokens"),
+    ("stop", "stop_sequences"),
+    ("stop[2]", "stop_sequences[2]"),  # the same list, the same order
+    ("user", "metadata.user_id"),
+    ("tools[1].function.parameters", "tools[1].input_schema"),
+    ("tools[1].function.name", "tools[1].name"),
+    ("tool_choice.function.name", "tool_choice.name"),
+    ("temperature", "temperature"),
+])
+def test_chat_params_become_messages_fields(chat: str, anthropic: str) -> None:
+    assert messages_param(chat) == anthropic

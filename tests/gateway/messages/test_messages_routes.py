@@ -287,6 +287,10 @@ def test_sdk_raises_its_typed_errors(url: str, secret: str, keys_db: Path) -> No
       "tools": [FORECAST]}, "tool_choice.name"),
     ({"model": "tiny", "max_tokens": 10**6, "messages": ASK}, "max_tokens"),
     ({"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": "word " * 20_000}]}, "messages"),
+    # Anthropic's names where the chat translation has others (stop, response_format, max_completion_tokens).
+    ({"model": "tiny", "max_tokens": 4, "messages": ASK, "stop_sequences": ["x"] * 17}, "stop_sequences"),
+    ({"model": "tiny", "max_tokens": 4, "messages": ASK, "tool_choice": {"type": "any"},
+      "tools": [{**FORECAST, "input_schema": {"type": "object", "properties": {"a": {"type": "nosuch"}}}}]}, "tools"),
 ])
 def test_hostile_bodies_get_anthropic_400s(url: str, secret: str, body: dict[str, Any], named: str) -> None:
     r = _post(url, secret, body)

@@ -100,6 +100,35 @@ def test_a_stream_the_client_hangs_up_on_is_charged_its_tokens(upstream: FakeUps
         assert r.status_code == 429 and r.headers["x-ratelimit-remaining-tokens"] == "0"
 
 
+# About 1,250 tokens by the gateway's estimate (4 characters a token): two such prompts overrun 2,000.
+LONG_PROMPT = [{"role": "user", "content": "word " * 1000}]
+
+
+@pytest.mark.parametrize("cut", ["after-first-chunk", "before-any-chunk"])
+def test_a_cut_short_stream_is_charged_its_prompt(upstream: FakeUpstream, cut: str) -> None:
+    """An abandoned stream was charged only the output delivered: a client hanging up before (or
+    right after) the first token sent any prompt free of the token limit and of spend."""
+    limits = RateLimitSettings(tokens_per_minute=2000)
+    user = "tokens=40;delay=0.01" if cut == "after-first-chunk" else "stall=1"
+    body = {"model": "fake", "messages": LONG_PROMPT, "stream": True, "user": user}
+    with LiveServer(build_app(_settings(upstream, limits))) as server, httpx.Client() as client:
+        for _ in range(2):
+            try:
+                with client.stream("POST", f"{server.url}/v1/chat/completions", json=body,
+                                   timeout=httpx.Timeout(30, read=0.5)) as r:
+                    assert r.status_code == 200
+                    for line in r.iter_lines():
+                        if line.startswith("data: {"):
+                            break  # the first chunk: hang up
+            except httpx.ReadTimeout:
+                assert cut == "before-any-chunk"  # no header came: hang up
+        for _ in range(30):  # the charges are recorded in the background; each probe costs ~13 tokens
+            if (r := _chat(server.url)).status_code != 200:
+                break
+            time.sleep(0.1)
+        assert r.status_code == 429 and r.headers["x-ratelimit-remaining-tokens"] == "0"
+
+
 def test_per_model_limit(upstream: FakeUpstream) -> None:
     limits = RateLimitSettings(models={"fake": ModelRateLimit(requests_per_minute=1)})
     with LiveServer(build_app(_settings(upstream, limits))) as server:
