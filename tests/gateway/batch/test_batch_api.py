@@ -193,4 +193,4 @@ def test_bad_inputs_are_openai_style_4xx(server: LiveServer, client: openai.Open
         _error(post(f"{base}/batches/batch_nope/cancel"), 404, "batch_id")
         _error(h.get(f"{base}/batches", params={"limit": "0"}), 400, "limit")
         _error(h.get(f"{base}/batches", params={"limit": "abc"}), 400, "limit")
-        _error(h.get(f"{base}/batches", params={"after": "batch_nope"}), 404, "batch_id")
+        _error(h.get(f"{base}/batches", params={"after": "batch_nope"}), 404, "after")
