@@ -22,7 +22,9 @@ methods and parser callbacks, calling uvicorn's own for everything else:
   connection at once. Held connections are counted apart from open ones, under the same
   per-address cap (an address's other clients keep their places); past it a refusal closes at once;
 - a connection from an address that already holds ``max_connections_per_client`` gets 429 +
-  ``retry-after`` at once and is closed (no linger: that would hold a place over the cap); these
+  ``retry-after`` at once and the same lingering close, counted as held (it takes no open place):
+  closing at once turned the request a client sends right after connecting into a reset that
+  destroyed the unread 429 (async clients in a burst saw connection errors, not the answer); these
   refusals are logged once per address per ``_REFUSAL_LOG_S``, with a count, not per connection;
 - malformed framing gets uvicorn's 400, but as OpenAI-style JSON (``send_400_response``);
 - a body the app answered without reading (a 401, a 404) may trickle on for at most
@@ -115,10 +117,16 @@ class ClientConnections:
 
     def hold(self, address: str) -> bool:
         """Move one of ``address``'s open connections to the held ones; False if those are at the cap."""
+        if not self.hold_refused(address):
+            return False
+        self.release(address)
+        return True
+
+    def hold_refused(self, address: str) -> bool:
+        """Count a connection refused over the cap (it never had an open place) as held; False at the cap."""
         if self.limit and self.held[address] >= self.limit:
             return False
         self.held[address] += 1
-        self.release(address)
         return True
 
     def unhold(self, address: str) -> None:
@@ -161,6 +169,7 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self._address: str | None = None  # counted in ``clients`` while set
         self._linger_timer: asyncio.TimerHandle | None = None  # a refused connection held unread
         self._held: str | None = None  # counted in ``clients.held`` while set
+        self._over_cap: str | None = None  # refused over the per-address cap (no open place taken)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -169,9 +178,10 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
             if count := self.clients.refusal_to_log(address, self.loop.time()):
                 log.warning("refused %d connection(s) from %s: over %d open connections",
                             count, address, self.clients.limit)
+            self._over_cap = address
             self._refuse(TooManyConnectionsError(
                 f"Too many open connections from this address (limit {self.clients.limit}); retry shortly.",
-                headers={"retry-after": _RETRY_AFTER_S}), linger=False)
+                headers={"retry-after": _RETRY_AFTER_S}))
             return
         self._address = address
         self._arm_head_timer()
@@ -295,7 +305,12 @@ class GuardedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         """Count this connection as held (not open) for its address; False when that is at the cap."""
         address = self._address
         if address is None:
-            return True  # no cap to count against
+            if self._over_cap is None:
+                return True  # no cap to count against
+            if not self.clients.hold_refused(self._over_cap):
+                return False
+            self._held = self._over_cap
+            return True
         if not self.clients.hold(address):
             return False
         self._address, self._held = None, address

@@ -157,6 +157,39 @@ def test_connections_over_the_per_address_cap_get_429(guarded: LiveServer) -> No
         time.sleep(0.05)
 
 
+def test_a_burst_over_the_cap_reads_its_429_not_a_reset(guarded: LiveServer) -> None:
+    """Async clients send their request as soon as they connect; a refusal that closed at once
+    turned that request into a reset which destroyed the unread 429 (every one of 50 burst requests
+    to a real server failed with a connection error). Lingering, each reads its answer. Refused
+    connections are held up to the cap per address, so the burst comes from several addresses."""
+    import asyncio
+
+    sources = [f"127.0.0.{20 + i}" for i in range(4)]
+    held = [_connect(guarded, source=src) for src in sources for _ in range(PER_CLIENT)]
+    try:
+        for sock in held:
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")  # incomplete heads: the places stay taken
+        time.sleep(0.2)
+
+        async def burst(source: str) -> list[int | str]:
+            transport = httpx.AsyncHTTPTransport(local_address=source)
+            async with httpx.AsyncClient(base_url=guarded.url, timeout=10, transport=transport) as client:
+                async def one() -> int | str:
+                    try:
+                        return (await client.post("/v1/chat/completions", json={"model": "m", "messages": []})).status_code
+                    except httpx.TransportError as exc:
+                        return type(exc).__name__
+                return await asyncio.gather(*[one() for _ in range(PER_CLIENT)])
+
+        async def bursts() -> list[list[int | str]]:
+            return await asyncio.gather(*[burst(src) for src in sources])
+
+        assert asyncio.run(bursts()) == [[429] * PER_CLIENT] * len(sources)
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def test_a_body_trickling_after_its_response_is_cut_off(guarded: LiveServer) -> None:
     """/health answers without reading the body; the rest may not keep the connection forever."""
     with _connect(guarded) as sock:
