@@ -101,6 +101,28 @@ def test_echo_with_max_tokens_zero_returns_the_prompt_alone(client: openai.OpenA
         client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=0)
 
 
+def test_chat_echo_continues_the_assistants_last_message(client: openai.OpenAI) -> None:
+    """vLLM's chat ``echo`` (with ``continue_final_message``): the answer reads whole, the final
+    assistant message first; a last message of another role is not echoed; no prompt logprobs."""
+    saying = "An apple a day keeps"
+    talk: Any = [{"role": "user", "content": "A saying?"}, {"role": "assistant", "content": saying}]
+    cont = {"continue_final_message": True, "add_generation_prompt": False}
+
+    def ask(messages: Any, stream: bool = False, **extra: Any) -> str:
+        res = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4, temperature=0,
+                                             stream=stream, extra_body=extra)
+        if stream:
+            return "".join(c.choices[0].delta.content or "" for c in res if c.choices)  # type: ignore[union-attr]
+        return res.choices[0].message.content or ""  # type: ignore[union-attr]
+
+    plain = ask(talk, **cont)
+    assert ask(talk, echo=True, **cont) == saying + plain == ask(talk, stream=True, echo=True, **cont)
+    assert ask(talk[:1], echo=True) == ask(talk[:1])  # the user's turn is not the answer's beginning
+    with_logprobs = client.chat.completions.create(model=MODEL, messages=talk, max_tokens=2, temperature=0,
+                                                   logprobs=True, extra_body={"echo": True, **cont})
+    assert len(with_logprobs.choices[0].logprobs.content) == 2  # type: ignore[union-attr, arg-type]
+
+
 def test_echo_prepends_the_prompt_text(client: openai.OpenAI) -> None:
     plain = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0)
     echoed = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=4, temperature=0, echo=True)

@@ -181,7 +181,7 @@ class EmbeddedBackend:
         return asyncio.Semaphore(slots) if n > slots else None
 
     def _params(self, o: SamplingOptions, prompt_len: int, index: int, priority: str | None = None,
-                cache_salt: str | None = None) -> SamplingParams:
+                cache_salt: str | None = None, chat: bool = False) -> SamplingParams:
         limits = self.engine.limits
         # max_tokens 0 (echo only): the engine runs one step, whose token PromptPrefix drops.
         max_tokens = 1 if o.max_tokens == 0 else o.max_tokens
@@ -209,7 +209,7 @@ class EmbeddedBackend:
             speculative=o.speculative,
             priority=_engine_priority(priority),
             logit_bias=dict(o.logit_bias) if o.logit_bias else None,
-            prompt_logprobs=engine_prompt_logprobs(o),
+            prompt_logprobs=engine_prompt_logprobs(o, chat),
             structured=None if o.structured is None else (o.structured.kind, o.structured.spec),
             cache_salt=cache_salt,
         )
@@ -254,7 +254,8 @@ class EmbeddedBackend:
         n = max(1, req.options.n)
         # One engine sequence per (prompt, choice); its response index is prompt * n + choice.
         salt = req.prefix_cache_salt()
-        jobs = [(p * n + i, prompt, self._params(setup.options, len(prompt), i, req.priority, salt))
+        chat = req.kind == "chat"
+        jobs = [(p * n + i, prompt, self._params(setup.options, len(prompt), i, req.priority, salt, chat))
                 for p, prompt in enumerate(prompts) for i in range(n)]
         for k, (_, _, params) in enumerate(jobs):
             # One stream is a user's fair share of their class; the request's other sequences are

@@ -2,7 +2,9 @@
 
 Completions' ``echo`` puts the prompt before each choice's text (and, with ``logprobs``, its
 tokens' logprobs before the generated ones: lm-evaluation-harness scores log-likelihoods that
-way); vLLM's ``prompt_logprobs`` and ``return_token_ids`` report the prompt beside the choice.
+way); vLLM's chat ``echo`` puts the last message before the answer when it is the assistant's own
+(``continue_final_message`` flows: the answer then reads whole); vLLM's ``prompt_logprobs`` and
+``return_token_ids`` report the prompt beside the choice.
 The engine computes the prompt's logprobs in the prefill (``engine/prompt_logprobs.py``) and sends
 them once, with a choice's first output; this turns them into the seam's types.
 """
@@ -14,11 +16,25 @@ from blink.engine.outputs import RequestOutput, TokenLogprobOut
 from blink.engine.tokenizer import Tokenizer
 
 
-def engine_prompt_logprobs(o: SamplingOptions) -> int | None:
+def engine_prompt_logprobs(o: SamplingOptions, chat: bool = False) -> int | None:
     """What the prefill must compute: vLLM's ``prompt_logprobs``, and the echoed prompt's own
-    logprobs when ``echo`` comes with ``logprobs`` (the larger top-k of the two)."""
-    wanted = [k for k in (o.prompt_logprobs, o.top_logprobs if o.echo and o.logprobs else None) if k is not None]
+    logprobs when a completion's ``echo`` comes with ``logprobs`` (the larger top-k of the two; a
+    chat's echo is the last message's text alone, as vLLM's)."""
+    echoed = o.top_logprobs if o.echo and o.logprobs and not chat else None
+    wanted = [k for k in (o.prompt_logprobs, echoed) if k is not None]
     return max(wanted) if wanted else None
+
+
+def chat_echo(req: GenerationRequest) -> str:
+    """The text a chat ``echo`` puts before each answer: the last message's, when it is the
+    assistant's (vLLM: only a message of the answer's own role is continued), else nothing."""
+    last = (req.messages or [{}])[-1]
+    if last.get("role") != "assistant":
+        return ""
+    content = last.get("content")
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""
 
 
 class PromptPrefix:
@@ -29,6 +45,7 @@ class PromptPrefix:
         self._o = req.options
         self._prompts = prompts
         self._texts = req.prompts if req.prompts is not None else [req.prompt or ""]
+        self._chat_echo = chat_echo(req) if req.kind == "chat" and req.options.echo else None
         self._n = n
         self._started: set[int] = set()
         # max_tokens 0 with echo: the one token the engine had to generate is not part of the answer.
@@ -48,7 +65,9 @@ class PromptPrefix:
         entries = out.prompt_logprobs
         if o.prompt_logprobs is not None and entries is not None:
             delta.prompt_logprobs = self._prompt_logprobs(entries, o.prompt_logprobs)
-        if o.echo:
+        if self._chat_echo is not None:
+            delta.text = self._chat_echo + delta.text
+        elif o.echo:
             text = self._texts[p]
             delta.text = (text if isinstance(text, str) else self._decode(ids)) + delta.text
             if o.logprobs and entries is not None:

@@ -52,5 +52,7 @@ class ChatCompletionRequest(SamplingFields):
     # vLLM chat-template switches.
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    # vLLM: the answer starts with the last message's text when that is the assistant's own.
+    echo: bool = False
 
-    _logprobs_nullable = field_validator("logprobs", mode="before")(null_is_default)
+    _logprobs_nullable = field_validator("logprobs", "echo", mode="before")(null_is_default)

@@ -30,6 +30,7 @@ def chat_request(
     options = _options(body, max_tokens, max_param, max_tokens_limit)
     options.logprobs = body.logprobs
     options.top_logprobs = body.top_logprobs or 0
+    options.echo = body.echo
     if body.continue_final_message and body.add_generation_prompt:
         raise InvalidRequestError(
             "'continue_final_message' and 'add_generation_prompt' cannot both be true.",
