@@ -22,8 +22,8 @@ import orjson
 from blink.backends.anthropic_stream import AnthropicStreamDecoder, deltas_from_message
 from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
 from blink.backends.http1 import Http1ConnectError, Http1Error, Http1Pool, Http1Response
-from blink.backends.native_events import NativeEventDecoder
-from blink.backends.openai_chunks import deltas_from_chunk
+from blink.backends.native_events import NativeEventDecoder, event_object
+from blink.backends.openai_chunks import MalformedChunk, deltas_from_chunk
 from blink.backends.request_body import openai_body
 from blink.backends.responses_events import ResponsesEventDecoder, deltas_from_response
 from blink.backends.stream_decoder import StreamDecoder
@@ -129,9 +129,9 @@ class OpenAIHTTPBackend:
                 raise await _error_from_response(resp, self.name)
             if resp.headers.get("content-type", "").startswith("application/json"):
                 # The upstream ignored stream=true: one whole response.
-                whole = orjson.loads(await resp.read())
+                whole = event_object(await resp.read(), self.name)
                 for delta in (_native_deltas(req.native_api, whole, self.name) if native is not None
-                              else deltas_from_chunk(whole, req.kind)):
+                              else _whole_deltas(whole, req.kind, self.name)):
                     yield delta
                 return
             # The read loop is here, not in a generator of its own: one resume per token less.
@@ -277,6 +277,14 @@ def _reason(status: int) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return ""
+
+
+def _whole_deltas(whole: dict[str, Any], kind: str, name: str) -> list[Delta]:
+    """Deltas of a whole (non-streamed) chat or completion response."""
+    try:
+        return deltas_from_chunk(whole, kind)
+    except MalformedChunk as exc:
+        raise UpstreamError(f"upstream '{name}' sent a malformed response ({exc})") from exc
 
 
 def _native_deltas(api: str | None, whole: dict[str, Any], name: str) -> list[Delta]:

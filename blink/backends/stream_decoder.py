@@ -12,9 +12,9 @@ from typing import Any
 
 from blink.backends.base import Delta
 from blink.backends.native_events import event_object
-from blink.backends.openai_chunks import deltas_from_chunk
+from blink.backends.openai_chunks import MalformedChunk, deltas_from_chunk
 from blink.backends.sse_parser import SSEParser
-from blink.protocol.errors import BlinkError
+from blink.protocol.errors import BlinkError, UpstreamError
 
 ErrorFromBody = Callable[[dict[str, Any], int, str, dict[str, str]], BlinkError]
 
@@ -88,4 +88,7 @@ class StreamDecoder:
             obj = {"error": obj}
         if "error" in obj:
             raise self._error_from_body(obj, 502, self._name, {})
-        return deltas_from_chunk(obj, self._kind)
+        try:
+            return deltas_from_chunk(obj, self._kind)
+        except MalformedChunk as exc:
+            raise UpstreamError(f"upstream '{self._name}' sent a malformed event ({exc})") from exc

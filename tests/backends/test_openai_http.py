@@ -215,3 +215,41 @@ async def test_a_bad_event_after_good_ones_still_delivers_the_good_ones() -> Non
         await b.aclose()
         server.close()
     assert [(d.text, d.more) for d in got] == [(" a", False), (" b", False)]
+
+
+def _whole_upstream(body: bytes) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A raw upstream that ignores stream=true and answers one JSON body."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head + body)
+        await writer.drain()
+        writer.close()
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("handler", "match"),
+    [
+        # A number for the text once reached the renderers: a 500, or a Responses stream cut without its end.
+        (_one_write_upstream([_event(" a"), b'{"choices":[{"index":0,"delta":{"content":5}}]}', b"[DONE]"]), "malformed"),
+        (_one_write_upstream([b'{"choices":"x"}', b"[DONE]"]), "malformed"),
+        (_one_write_upstream([_event(" a", "stop"), b'{"choices":[],"usage":{"prompt_tokens":"1"}}']), "malformed"),
+        (_whole_upstream(b'{"choices":[{"index":0,"message":{"content":["a"]},"finish_reason":"stop"}]}'), "malformed"),
+        (_whole_upstream(b"<html>not json</html>"), "unparseable"),  # was an internal error (500)
+    ],
+    ids=["number_content", "string_choices", "string_usage", "whole_list_content", "whole_not_json"],
+)
+async def test_an_upstream_answer_of_the_wrong_shape_is_an_upstream_error(handler: object, match: str) -> None:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)  # type: ignore[arg-type]
+    port = server.sockets[0].getsockname()[1]
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{port}/v1")
+    try:
+        with pytest.raises(UpstreamError, match=match) as info:
+            await collect(b, chat())
+    finally:
+        await b.aclose()
+        server.close()
+    assert info.value.status == 502
