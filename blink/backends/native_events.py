@@ -20,7 +20,7 @@ from blink.protocol.errors import BlinkError, UpstreamError
 
 
 class NativeEventDecoder:
-    __slots__ = ("_name", "_parser", "done", "finished", "error")
+    __slots__ = ("_name", "_parser", "done", "finished", "error", "events")
 
     def __init__(self, name: str) -> None:
         self._name = name
@@ -28,6 +28,7 @@ class NativeEventDecoder:
         self.done = False  # the stream's last event came (the body may be drained and released)
         self.finished = False  # the answer's finish reason came
         self.error: BlinkError | None = None
+        self.events = 0  # events read so far (comments are none): the caller's measure of progress
 
     def feed(self, chunk: bytes) -> Iterator[Delta]:
         return self._deltas(self._parser.feed(chunk))
@@ -41,6 +42,7 @@ class NativeEventDecoder:
 
     def _deltas(self, payloads: list[bytes]) -> Iterator[Delta]:
         out: list[Delta] = []
+        self.events += len(payloads)
         for data in payloads:
             if self.done or self.error is not None:
                 break

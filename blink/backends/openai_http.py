@@ -74,7 +74,7 @@ class OpenAIHTTPBackend:
         anthropic_key = f"x-api-key: {api_key}\r\n".encode("latin-1") if api_key else b""
         self._native_headers = self._post_headers + anthropic_key + b"anthropic-version: 2023-06-01\r\n"
         self._connect_timeout_s = connect_timeout_s
-        # Bounds the gap between two reads (a stall), not the whole stream.
+        # Bounds the gap between two reads, and between two events (a stall), not the whole stream.
         self._read_timeout_s = read_timeout_s
         self._max_connections = max_connections
         self._client: Http1Pool | None = None
@@ -139,6 +139,8 @@ class OpenAIHTTPBackend:
                 _native_decoder(req.native_api, self.name) if native is not None
                 else StreamDecoder(self.name, req.kind, _error_from_body))
             chunks = resp.chunks()
+            loop = asyncio.get_running_loop()
+            seen, progress_at = 0, loop.time()
             async for chunk in chunks:
                 for delta in decoder.feed(chunk):
                     yield delta
@@ -148,6 +150,12 @@ class OpenAIHTTPBackend:
                     if not resp.at_eof:  # usually the body's end came in the same read
                         await _drain(chunks)
                     return
+                # Reads that bring no event (SSE comments: a proxy's keep-alives) are no progress:
+                # a stalled upstream that sends them would otherwise hold the stream open forever.
+                if decoder.events != seen:
+                    seen, progress_at = decoder.events, loop.time()
+                elif loop.time() - progress_at > self._read_timeout_s:
+                    raise TimeoutError("no event within the read timeout")
             for delta in decoder.flush():
                 yield delta
             if not decoder.done and not decoder.finished:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -137,6 +138,36 @@ async def test_read_timeout(up: FakeUpstream) -> None:
     with pytest.raises(BackendTimeoutError):
         await collect(b, chat("stall=1"))
     await b.aclose()
+
+
+async def test_keepalive_comments_do_not_hold_a_stalled_stream_open() -> None:
+    """A stalled upstream that keeps sending SSE comments (a proxy's keep-alives) times out like a
+    silent one; each comment used to restart the read timeout, so the stream hung for good."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        first = b"data: " + _event(" a") + b"\n\n"
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                     + b"%x\r\n%s\r\n" % (len(first), first))
+        with contextlib.suppress(ConnectionError):
+            for _ in range(200):  # bounded: 10 s of keep-alives at most
+                writer.write(b"e\r\n: keep-alive\n\n\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{port}/v1", read_timeout_s=0.3)
+    got: list[Delta] = []
+    try:
+        with pytest.raises(BackendTimeoutError):
+            async for d in b.stream(chat()):
+                got.append(d)
+    finally:
+        await b.aclose()
+        server.close()
+    assert [d.text for d in got] == [" a"]
 
 
 async def test_closing_the_iterator_cancels_upstream(up: FakeUpstream) -> None:
