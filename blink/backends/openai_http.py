@@ -141,8 +141,15 @@ class OpenAIHTTPBackend:
             chunks = resp.chunks()
             loop = asyncio.get_running_loop()
             seen, progress_at = 0, loop.time()
+            # Deltas with output per choice: each holds at least one token, so an upstream that sends
+            # more than max_tokens of them ignores the budget (and may never stop).
+            limit, produced = req.options.max_tokens, dict[int, int]()
             async for chunk in chunks:
                 for delta in decoder.feed(chunk):
+                    if limit is not None and (delta.text or delta.tool_calls):
+                        count = produced[delta.index] = produced.get(delta.index, 0) + 1
+                        if count > limit:
+                            raise UpstreamError(f"upstream '{self.name}' sent more than max_tokens ({limit}) tokens")
                     yield delta
                 if decoder.error is not None:
                     raise decoder.error

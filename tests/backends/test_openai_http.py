@@ -284,3 +284,21 @@ async def test_an_upstream_answer_of_the_wrong_shape_is_an_upstream_error(handle
         await b.aclose()
         server.close()
     assert info.value.status == 502
+
+
+async def test_an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() -> None:
+    """An upstream streaming past max_tokens (one that never stops, at worst) ends in an upstream
+    error once it exceeds the budget; its tokens used to be relayed for as long as it sent them."""
+    events = [_event(f" t{k}") for k in range(50)] + [_event("", "stop"), b"[DONE]"]
+    server = await asyncio.start_server(_one_write_upstream(events), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{port}/v1")
+    got: list[Delta] = []
+    try:
+        with pytest.raises(UpstreamError, match="max_tokens"):
+            async for d in b.stream(chat(max_tokens=5)):
+                got.append(d)
+    finally:
+        await b.aclose()
+        server.close()
+    assert "".join(d.text for d in got) == " t0 t1 t2 t3 t4"
