@@ -22,7 +22,7 @@ import orjson
 from blink.backends.anthropic_stream import AnthropicStreamDecoder, deltas_from_message
 from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
 from blink.backends.http1 import Http1ConnectError, Http1Error, Http1Pool, Http1Response
-from blink.backends.native_events import NativeEventDecoder, event_object
+from blink.backends.native_events import NativeEventDecoder, checked_deltas, event_object
 from blink.backends.openai_chunks import MalformedChunk, deltas_from_chunk
 from blink.backends.request_body import openai_body
 from blink.backends.responses_events import ResponsesEventDecoder, deltas_from_response
@@ -304,7 +304,7 @@ def _whole_deltas(whole: dict[str, Any], kind: str, name: str) -> list[Delta]:
 
 def _native_deltas(api: str | None, whole: dict[str, Any], name: str) -> list[Delta]:
     """Deltas of a whole (non-streamed) answer in the upstream's own API."""
-    return list(deltas_from_message(whole, name) if api == "messages" else deltas_from_response(whole, name))
+    return checked_deltas(name, deltas_from_message if api == "messages" else deltas_from_response, whole, name)
 
 
 def _native_decoder(api: str | None, name: str) -> NativeEventDecoder:
