@@ -142,8 +142,11 @@ class OpenAIHTTPBackend:
             loop = asyncio.get_running_loop()
             seen, progress_at = 0, loop.time()
             # Deltas with output per choice: each holds at least one token, so an upstream that sends
-            # more than max_tokens of them ignores the budget (and may never stop).
+            # more than max_tokens of them ignores the budget (and may never stop). With ``echo`` a
+            # choice's first delta is its prompt's text.
             limit, produced = req.options.max_tokens, dict[int, int]()
+            if limit is not None and req.options.echo:
+                limit += 1
             async for chunk in chunks:
                 for delta in decoder.feed(chunk):
                     if limit is not None and (delta.text or delta.tool_calls):

@@ -302,3 +302,13 @@ async def test_an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() -> Non
         await b.aclose()
         server.close()
     assert "".join(d.text for d in got) == " t0 t1 t2 t3 t4"
+    # With echo the prompt's text comes first: not over a budget of 0 (scoring a prompt).
+    server = await asyncio.start_server(_one_write_upstream([_event("say"), _event("", "length"), b"[DONE]"]),
+                                        "127.0.0.1", 0)
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
+    echo = GenerationRequest("r3", "m", "chat", SamplingOptions(max_tokens=0, echo=True), messages=[])
+    try:
+        assert "".join(d.text for d in await collect(b, echo)) == "say"
+    finally:
+        await b.aclose()
+        server.close()
