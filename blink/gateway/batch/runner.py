@@ -6,7 +6,8 @@ not this runner, keeps them out of interactive traffic's way (they carry priorit
 A cancel stops new lines, drops those in flight, and finalizes with what finished.
 
 A line that failed only for want of capacity (its backend down: 503 ``backend_unavailable`` or
-``engine_unavailable``; the server full: 503 ``overloaded``; a rate limit, its key's or an upstream's: 429) is not a result: it
+``engine_unavailable``; the server full: 503 ``overloaded``; the rate-limit or key store down: 503
+``ratelimit_store_unavailable`` / ``key_store_unavailable``; a rate limit, its key's or an upstream's: 429) is not a result: it
 waits with exponential backoff and runs again, for up to ``line_retry_s`` and never past the
 batch's completion window, so an engine restart or a tight rate limit slows a batch down
 instead of failing it. A spent budget (429 ``budget_exceeded``, or an upstream's
@@ -37,7 +38,10 @@ _PAGE = 256
 _IDLE_POLL_S = 2.0
 # Error codes of a line that failed only for want of capacity and is run again: 503s by code;
 # every 429 but a spent budget (an upstream's rate-limit 429 often carries no code at all).
-_RETRYABLE_503 = frozenset({"backend_unavailable", "engine_unavailable", "overloaded"})
+# A shared store's outage (Redis behind the rate limits, PostgreSQL behind the keys) answers 503 with
+# "retry shortly" too: a line refused by one is not a result either.
+_RETRYABLE_503 = frozenset({"backend_unavailable", "engine_unavailable", "overloaded", "ratelimit_store_unavailable",
+                            "key_store_unavailable"})
 _FINAL_429 = frozenset({"budget_exceeded", "insufficient_quota"})
 
 

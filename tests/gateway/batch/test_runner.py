@@ -77,6 +77,8 @@ def test_without_retry_time_a_down_upstream_is_a_final_503(flaky: FakeUpstream,
     (429, "budget_exceeded", False),  # a spent budget does not come back in a minute
     (429, "insufficient_quota", False),
     (503, "overloaded", True),  # the server full for now
+    (503, "ratelimit_store_unavailable", True),  # Redis down a moment (with fail_open false): was final
+    (503, "key_store_unavailable", True),
     (500, "internal_error", False),
     (400, "invalid_value", False),
     (200, None, False),
