@@ -126,6 +126,13 @@ class BatchRunner:
     async def _run_lines(self, batch: BatchRecord) -> None:
         slots = asyncio.Semaphore(self._max_concurrency)
         tasks: set[asyncio.Task[None]] = set()
+        failures: list[BaseException] = []
+
+        def settled(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                failures.append(task.exception())  # type: ignore[arg-type]
+
         self._inflight[batch.id] = tasks
         last = -1
         try:
@@ -140,12 +147,16 @@ class BatchRunner:
                         break
                     task = asyncio.create_task(self._one(batch, line))
                     tasks.add(task)
-                    task.add_done_callback(tasks.discard)
+                    task.add_done_callback(settled)
                     # Released when the task ends in any way, even cancelled before it ever ran
                     # (a release inside the task would then never happen and leak the slot).
                     task.add_done_callback(lambda _: slots.release())
                     last = line.index
             await asyncio.gather(*tasks, return_exceptions=True)
+            if failures:
+                # A line whose result could not be stored (a full disk) is still pending: fail the
+                # pass, which ``_loop`` runs again, rather than finalize the batch without it.
+                raise failures[0]
         finally:
             for task in tasks:
                 task.cancel()

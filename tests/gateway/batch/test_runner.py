@@ -116,3 +116,49 @@ async def test_a_rate_limited_line_waits_for_its_retry_after(tmp_path: object) -
     batch = BatchRecord("b", "f", "/v1/chat/completions", "24h", "in_progress", 0, key_id="k1")
     res = await runner._execute_with_retry(batch, PendingLine(0, "c", {}))
     assert res.status == 200 and calls == ["k1", "k1", "k1"]
+
+
+async def test_a_line_whose_result_could_not_be_stored_runs_again(tmp_path: object) -> None:
+    """The store refuses one line's result (a full disk for a moment): the line stays pending and
+    runs again, and the batch completes with every line. The failure used to vanish with its task:
+    the batch was finalized ``completed`` without that line."""
+    import asyncio
+    from pathlib import Path
+    from typing import Any
+
+    from blink.gateway.batch.runner import BatchRunner, LineRetry
+    from blink.gateway.batch.store import BatchRecord, NewLine, SqlBatchStore
+    from blink.gateway.storage.sql import SQLITE, sqlite_connect
+    from blink.protocol.errors import StorageError
+
+    class FullOnce(SqlBatchStore):
+        """The real SQLite store, whose disk is full for the first result written."""
+
+        refused = 0
+
+        async def complete_line(self, batch_id: str, index: int, result: dict[str, Any], is_error: bool) -> bool:
+            if not self.refused:
+                self.refused += 1
+                raise StorageError("full", status=507)
+            return await super().complete_line(batch_id, index, result, is_error)
+
+    async def execute(body: dict[str, Any], endpoint: str, key_id: str | None) -> LineResult:
+        return LineResult(200, "r", {"n": body["n"]})
+
+    store = FullOnce(sqlite_connect(Path(str(tmp_path)) / "b.db"), *SQLITE)
+    await store.start()
+    runner = BatchRunner(store, execute, 2, LineRetry(total_s=0), None)
+    try:
+        await store.create_batch(BatchRecord("b", "f", "/v1/chat/completions", "24h", "validating", 0),
+                                 [NewLine(i, f"c{i}", body={"n": i}) for i in range(4)])
+        await runner.start()
+        for _ in range(400):  # bounded: the runner retries a failed pass after a short wait
+            got = await store.get_batch("b")
+            if got is not None and got.status == "completed":
+                break
+            await asyncio.sleep(0.05)
+        assert got is not None and got.status == "completed" and store.refused == 1
+        assert (got.total, got.completed, got.failed) == (4, 4, 0)
+    finally:
+        await runner.aclose()
+        await store.aclose()
