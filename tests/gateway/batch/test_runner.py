@@ -95,29 +95,6 @@ def test_a_line_asking_more_sequences_than_its_key_may_run_is_final() -> None:
     assert retryable(LineResult(429, "req", body)) is False
 
 
-async def test_a_rate_limited_line_waits_for_its_retry_after(tmp_path: object) -> None:
-    """The runner waits what the 429's ``retry-after`` says, not its own backoff: with a backoff
-    of an hour, a line told to retry after 0 s is run again at once and ends 200."""
-    from typing import Any
-
-    from blink.gateway.batch.runner import BatchRunner, LineRetry
-    from blink.gateway.batch.store import BatchRecord, PendingLine
-
-    calls: list[str | None] = []
-
-    async def execute(body: dict[str, Any], endpoint: str, key_id: str | None) -> LineResult:
-        calls.append(key_id)
-        if len(calls) < 3:
-            return LineResult(429, "r", {"error": {"code": "rate_limit_exceeded"}}, headers={"retry-after": "0"})
-        return LineResult(200, "r", {"ok": True})
-
-    runner = BatchRunner(None, execute, 1, LineRetry(total_s=7200, first_delay_s=3600),  # type: ignore[arg-type]
-                         None)
-    batch = BatchRecord("b", "f", "/v1/chat/completions", "24h", "in_progress", 0, key_id="k1")
-    res = await runner._execute_with_retry(batch, PendingLine(0, "c", {}))
-    assert res.status == 200 and calls == ["k1", "k1", "k1"]
-
-
 async def test_a_line_whose_result_could_not_be_stored_runs_again(tmp_path: object) -> None:
     """The store refuses one line's result (a full disk for a moment): the line stays pending and
     runs again, and the batch completes with every line. The failure used to vanish with its task:
@@ -162,3 +139,26 @@ async def test_a_line_whose_result_could_not_be_stored_runs_again(tmp_path: obje
     finally:
         await runner.aclose()
         await store.aclose()
+
+
+async def test_a_rate_limited_line_waits_for_its_retry_after(tmp_path: object) -> None:
+    """The runner waits what the 429's ``retry-after`` says, not its own backoff: with a backoff
+    of an hour, a line told to retry after 0 s is run again at once and ends 200."""
+    from typing import Any
+
+    from blink.gateway.batch.runner import BatchRunner, LineRetry
+    from blink.gateway.batch.store import BatchRecord, PendingLine
+
+    calls: list[str | None] = []
+
+    async def execute(body: dict[str, Any], endpoint: str, key_id: str | None) -> LineResult:
+        calls.append(key_id)
+        if len(calls) < 3:
+            return LineResult(429, "r", {"error": {"code": "rate_limit_exceeded"}}, headers={"retry-after": "0"})
+        return LineResult(200, "r", {"ok": True})
+
+    runner = BatchRunner(None, execute, 1, LineRetry(total_s=7200, first_delay_s=3600),  # type: ignore[arg-type]
+                         None)
+    batch = BatchRecord("b", "f", "/v1/chat/completions", "24h", "in_progress", 0, key_id="k1")
+    res = await runner._execute_with_retry(batch, PendingLine(0, "c", {}))
+    assert res.status == 200 and calls == ["k1", "k1", "k1"]
