@@ -61,13 +61,45 @@ class ForcedCallParser:
         self._buf = []
         try:
             value = json.loads(text)
-        except (ValueError, RecursionError):  # cut short (max_tokens): what was written is content
-            return text, []
+        except (ValueError, RecursionError):  # cut short (max_tokens)
+            # A list of calls keeps the calls it finished (the model made them; the client would
+            # otherwise get the grammar's JSON as its answer); a single call cut short is content.
+            done = _finished_calls(text)
+            return ("", done) if done else (text, [])
         items = value if isinstance(value, list) else [value]
         calls = [call_from_object(v, ("arguments",)) for v in items]
         if not calls or any(c is None for c in calls):
             return text, []
         return "", [c for c in calls if c is not None]
+
+
+_JSON = json.JSONDecoder()
+_SPACE = " \t\r\n"
+
+
+def _finished_calls(text: str) -> list[ParsedCall]:
+    """The whole calls at the head of a list of calls cut short (``[{...}, {...}, {"na``)."""
+    pos = len(text) - len(text.lstrip(_SPACE))
+    if not text.startswith("[", pos):
+        return []
+    calls: list[ParsedCall] = []
+    pos += 1
+    while True:
+        while pos < len(text) and text[pos] in _SPACE:
+            pos += 1
+        try:
+            obj, pos = _JSON.raw_decode(text, pos)
+        except (ValueError, RecursionError):
+            return calls  # the element the cut fell in
+        call = call_from_object(obj, ("arguments",))
+        if call is None:
+            return []
+        calls.append(call)
+        while pos < len(text) and text[pos] in _SPACE:
+            pos += 1
+        if not text.startswith(",", pos):
+            return calls
+        pos += 1
 
 
 def parser_factory(plan: ToolPlan | None, parser: ParserName | None) -> Callable[[], ToolCallParser] | None:

@@ -1,4 +1,10 @@
-"""OpenAI response JSON (stream chunks or whole responses) -> ``Delta`` objects."""
+"""OpenAI response JSON (stream chunks or whole responses) -> ``Delta`` objects.
+
+An upstream is outside our control: a chunk whose fields have the wrong types (a number for
+``content``, a string for ``choices``) is ``MalformedChunk``, which the caller turns into an
+upstream error, rather than a value that fails later in a renderer (a 500 there, or a stream cut
+without its closing events).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,19 @@ from typing import Any
 from blink.backends.base import Delta, TokenLogprob, Usage
 
 
+class MalformedChunk(ValueError):
+    """A chunk that is a JSON object but not an OpenAI chunk (a field of the wrong type)."""
+
+
 def deltas_from_chunk(obj: dict[str, Any], kind: str) -> list[Delta]:
     """Deltas in one ``chat.completion.chunk`` / ``text_completion`` chunk (or whole response)."""
-    fast = _plain_text_delta(obj, kind)
-    if fast is not None:
-        return fast
+    try:
+        return _plain_text_delta(obj, kind) or _deltas(obj, kind)
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        raise MalformedChunk(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _deltas(obj: dict[str, Any], kind: str) -> list[Delta]:
     out: list[Delta] = []
     for choice in obj.get("choices") or ():
         index = choice.get("index", 0)
@@ -19,12 +33,18 @@ def deltas_from_chunk(obj: dict[str, Any], kind: str) -> list[Delta]:
         tool_calls = None
         if kind == "chat":
             msg = choice.get("delta") or choice.get("message") or {}
-            text = msg.get("content") or ""
+            text = _string(msg.get("content"), "content")
             tool_calls = msg.get("tool_calls") or None
+            if tool_calls is not None and not all(isinstance(c, dict) for c in _list(tool_calls, "tool_calls")):
+                raise TypeError("'tool_calls' holds a non-object")
             logprobs = _chat_logprobs(choice.get("logprobs"))
         else:
-            text = choice.get("text") or ""
+            text = _string(choice.get("text"), "text")
             logprobs = _completion_logprobs(choice.get("logprobs"))
+        if finish is not None and not isinstance(finish, str):
+            raise TypeError("'finish_reason' is not a string")
+        if not isinstance(index, int):
+            raise TypeError("'index' is not an integer")
         # vLLM's return_token_ids: the choice's token ids, and its prompt's (a chat's sit beside the choices).
         token_ids = choice.get("token_ids") or []
         prompt_ids = choice.get("prompt_token_ids") or obj.get("prompt_token_ids")
@@ -38,15 +58,37 @@ def deltas_from_chunk(obj: dict[str, Any], kind: str) -> list[Delta]:
     if usage:
         details = usage.get("prompt_tokens_details") or {}
         u = Usage(
-            prompt_tokens=usage.get("prompt_tokens") or 0,
-            completion_tokens=usage.get("completion_tokens") or 0,
-            cached_tokens=details.get("cached_tokens") or 0,
+            prompt_tokens=_count(usage.get("prompt_tokens"), "prompt_tokens"),
+            completion_tokens=_count(usage.get("completion_tokens"), "completion_tokens"),
+            cached_tokens=_count(details.get("cached_tokens"), "cached_tokens"),
         )
         if out:
             out[-1].usage = u
         else:
             out.append(Delta(index=0, usage=u))
     return out
+
+
+def _string(value: Any, field: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise TypeError(f"{field!r} is not a string")
+    return value
+
+
+def _count(value: Any, field: str) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int):
+        raise TypeError(f"{field!r} is not an integer")
+    return value
+
+
+def _list(value: Any, field: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{field!r} is not a list")
+    return value
 
 
 def _plain_text_delta(obj: dict[str, Any], kind: str) -> list[Delta] | None:
@@ -65,9 +107,10 @@ def _plain_text_delta(obj: dict[str, Any], kind: str) -> list[Delta] | None:
         text = msg.get("content")
     else:
         text = choice.get("text")
-    if not text or not isinstance(text, str):
+    index = choice.get("index", 0)
+    if not text or not isinstance(text, str) or type(index) is not int:
         return None
-    return [Delta(index=choice.get("index", 0), text=text)]
+    return [Delta(index=index, text=text)]
 
 
 def _chat_logprobs(lp: dict[str, Any] | None) -> list[TokenLogprob] | None:

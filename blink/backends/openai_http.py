@@ -22,8 +22,8 @@ import orjson
 from blink.backends.anthropic_stream import AnthropicStreamDecoder, deltas_from_message
 from blink.backends.base import Delta, GenerationRequest, Health, Load, ModelCard
 from blink.backends.http1 import Http1ConnectError, Http1Error, Http1Pool, Http1Response
-from blink.backends.native_events import NativeEventDecoder
-from blink.backends.openai_chunks import deltas_from_chunk
+from blink.backends.native_events import NativeEventDecoder, checked_deltas, event_object
+from blink.backends.openai_chunks import MalformedChunk, deltas_from_chunk
 from blink.backends.request_body import openai_body
 from blink.backends.responses_events import ResponsesEventDecoder, deltas_from_response
 from blink.backends.stream_decoder import StreamDecoder
@@ -74,7 +74,7 @@ class OpenAIHTTPBackend:
         anthropic_key = f"x-api-key: {api_key}\r\n".encode("latin-1") if api_key else b""
         self._native_headers = self._post_headers + anthropic_key + b"anthropic-version: 2023-06-01\r\n"
         self._connect_timeout_s = connect_timeout_s
-        # Bounds the gap between two reads (a stall), not the whole stream.
+        # Bounds the gap between two reads, and between two events (a stall), not the whole stream.
         self._read_timeout_s = read_timeout_s
         self._max_connections = max_connections
         self._client: Http1Pool | None = None
@@ -129,9 +129,9 @@ class OpenAIHTTPBackend:
                 raise await _error_from_response(resp, self.name)
             if resp.headers.get("content-type", "").startswith("application/json"):
                 # The upstream ignored stream=true: one whole response.
-                whole = orjson.loads(await resp.read())
+                whole = event_object(await resp.read(), self.name)
                 for delta in (_native_deltas(req.native_api, whole, self.name) if native is not None
-                              else deltas_from_chunk(whole, req.kind)):
+                              else _whole_deltas(whole, req.kind, self.name)):
                     yield delta
                 return
             # The read loop is here, not in a generator of its own: one resume per token less.
@@ -139,8 +139,20 @@ class OpenAIHTTPBackend:
                 _native_decoder(req.native_api, self.name) if native is not None
                 else StreamDecoder(self.name, req.kind, _error_from_body))
             chunks = resp.chunks()
+            loop = asyncio.get_running_loop()
+            seen, progress_at = 0, loop.time()
+            # Deltas with output per choice: each holds at least one token, so an upstream that sends
+            # more than max_tokens of them ignores the budget (and may never stop). With ``echo`` a
+            # choice's first delta is its prompt's text.
+            limit, produced = req.options.max_tokens, dict[int, int]()
+            if limit is not None and req.options.echo:
+                limit += 1
             async for chunk in chunks:
                 for delta in decoder.feed(chunk):
+                    if limit is not None and (delta.text or delta.tool_calls):
+                        count = produced[delta.index] = produced.get(delta.index, 0) + 1
+                        if count > limit:
+                            raise UpstreamError(f"upstream '{self.name}' sent more than max_tokens ({limit}) tokens")
                     yield delta
                 if decoder.error is not None:
                     raise decoder.error
@@ -148,6 +160,12 @@ class OpenAIHTTPBackend:
                     if not resp.at_eof:  # usually the body's end came in the same read
                         await _drain(chunks)
                     return
+                # Reads that bring no event (SSE comments: a proxy's keep-alives) are no progress:
+                # a stalled upstream that sends them would otherwise hold the stream open forever.
+                if decoder.events != seen:
+                    seen, progress_at = decoder.events, loop.time()
+                elif loop.time() - progress_at > self._read_timeout_s:
+                    raise TimeoutError("no event within the read timeout")
             for delta in decoder.flush():
                 yield delta
             if not decoder.done and not decoder.finished:
@@ -279,9 +297,17 @@ def _reason(status: int) -> str:
         return ""
 
 
+def _whole_deltas(whole: dict[str, Any], kind: str, name: str) -> list[Delta]:
+    """Deltas of a whole (non-streamed) chat or completion response."""
+    try:
+        return deltas_from_chunk(whole, kind)
+    except MalformedChunk as exc:
+        raise UpstreamError(f"upstream '{name}' sent a malformed response ({exc})") from exc
+
+
 def _native_deltas(api: str | None, whole: dict[str, Any], name: str) -> list[Delta]:
     """Deltas of a whole (non-streamed) answer in the upstream's own API."""
-    return list(deltas_from_message(whole, name) if api == "messages" else deltas_from_response(whole, name))
+    return checked_deltas(name, deltas_from_message if api == "messages" else deltas_from_response, whole, name)
 
 
 def _native_decoder(api: str | None, name: str) -> NativeEventDecoder:

@@ -12,9 +12,9 @@ from typing import Any
 
 from blink.backends.base import Delta
 from blink.backends.native_events import event_object
-from blink.backends.openai_chunks import deltas_from_chunk
+from blink.backends.openai_chunks import MalformedChunk, deltas_from_chunk
 from blink.backends.sse_parser import SSEParser
-from blink.protocol.errors import BlinkError
+from blink.protocol.errors import BlinkError, UpstreamError
 
 ErrorFromBody = Callable[[dict[str, Any], int, str, dict[str, str]], BlinkError]
 
@@ -30,7 +30,7 @@ class StreamDecoder:
     stream_decoder). ``done`` is set at ``[DONE]``; a malformed or error event ends the read early and sets
     ``error`` (the deltas before it still go out, then the caller raises it)."""
 
-    __slots__ = ("_name", "_kind", "_parser", "_error_from_body", "_first_text", "done", "finished", "error")
+    __slots__ = ("_name", "_kind", "_parser", "_error_from_body", "_first_text", "done", "finished", "error", "events")
 
     def __init__(self, name: str, kind: str, error_from_body: ErrorFromBody) -> None:
         self._name = name
@@ -42,6 +42,7 @@ class StreamDecoder:
         # Some choice sent a finish_reason: a body that ends without [DONE] after it is complete.
         self.finished = False
         self.error: BlinkError | None = None
+        self.events = 0  # events read so far (comments are none): the caller's measure of progress
 
     def feed(self, chunk: bytes) -> Iterator[Delta]:
         """The read's deltas, decoded lazily; iterate it to the end before checking ``done``/``error``."""
@@ -53,6 +54,7 @@ class StreamDecoder:
 
     def _deltas(self, events: list[bytes], check_done: bool) -> Iterator[Delta]:
         held: Delta | None = None  # the last delta decoded: its ``more`` depends on what follows
+        self.events += len(events)
         for data in events:
             if data == b"[DONE]":
                 self.done = True
@@ -88,4 +90,7 @@ class StreamDecoder:
             obj = {"error": obj}
         if "error" in obj:
             raise self._error_from_body(obj, 502, self._name, {})
-        return deltas_from_chunk(obj, self._kind)
+        try:
+            return deltas_from_chunk(obj, self._kind)
+        except MalformedChunk as exc:
+            raise UpstreamError(f"upstream '{self._name}' sent a malformed event ({exc})") from exc

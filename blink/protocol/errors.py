@@ -172,6 +172,15 @@ class UpstreamClientError(UpstreamError):
         self.type = error_type or "invalid_request_error"
 
 
+class StorageError(BlinkError):
+    """The server's own store (files, batches, stored responses) cannot take a write: the disk is
+    full (507) or not writable (503). Nothing of the request was saved (its transaction rolled back)."""
+
+    status = 503
+    type = "server_error"
+    code = "storage_unavailable"
+
+
 class InternalServerError(BlinkError):
     """An unexpected failure inside Blink; the traceback is logged, the client gets JSON."""
 

@@ -94,6 +94,20 @@ def test_forced_output_cut_short_is_content() -> None:
     assert p.finish() == (deep, [])
 
 
+def test_forced_list_cut_short_keeps_its_finished_calls() -> None:
+    """max_tokens inside the second of parallel calls: the first, whole, is a call (it used to
+    come back as content: the grammar's JSON as the answer, which an agent took as final)."""
+    stream = _stream({"tool_choice": "required"}, parser=None)
+    text = '[{"name": "g", "arguments": {"z": true}}, {"name": "f", "argu'
+    deltas = stream.rewrite(Delta(index=0, text=text, finish_reason="length"))
+    heads = [d.tool_calls[0] for d in deltas if d.tool_calls and "id" in d.tool_calls[0]]
+    assert [h["function"]["name"] for h in heads] == ["g"]
+    assert "".join(d.text for d in deltas) == "" and deltas[-1].finish_reason == "length"
+    p = ForcedCallParser()
+    p.feed('[{"name": "g", "argu')
+    assert p.finish() == ('[{"name": "g", "argu', [])  # nothing finished: content, as before
+
+
 def test_auto_without_a_known_format_is_refused() -> None:
     plan = plan_tools({"tools": TOOLS})
     with pytest.raises(InvalidRequestError) as exc:

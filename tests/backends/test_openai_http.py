@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -139,6 +140,36 @@ async def test_read_timeout(up: FakeUpstream) -> None:
     await b.aclose()
 
 
+async def test_keepalive_comments_do_not_hold_a_stalled_stream_open() -> None:
+    """A stalled upstream that keeps sending SSE comments (a proxy's keep-alives) times out like a
+    silent one; each comment used to restart the read timeout, so the stream hung for good."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        first = b"data: " + _event(" a") + b"\n\n"
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                     + b"%x\r\n%s\r\n" % (len(first), first))
+        with contextlib.suppress(ConnectionError):
+            for _ in range(200):  # bounded: 10 s of keep-alives at most
+                writer.write(b"e\r\n: keep-alive\n\n\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{port}/v1", read_timeout_s=0.3)
+    got: list[Delta] = []
+    try:
+        with pytest.raises(BackendTimeoutError):
+            async for d in b.stream(chat()):
+                got.append(d)
+    finally:
+        await b.aclose()
+        server.close()
+    assert [d.text for d in got] == [" a"]
+
+
 async def test_closing_the_iterator_cancels_upstream(up: FakeUpstream) -> None:
     b = backend(up)
     up.cancelled_event.clear()
@@ -215,3 +246,69 @@ async def test_a_bad_event_after_good_ones_still_delivers_the_good_ones() -> Non
         await b.aclose()
         server.close()
     assert [(d.text, d.more) for d in got] == [(" a", False), (" b", False)]
+
+
+def _whole_upstream(body: bytes) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A raw upstream that ignores stream=true and answers one JSON body."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head + body)
+        await writer.drain()
+        writer.close()
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("handler", "match"),
+    [
+        # A number for the text once reached the renderers: a 500, or a Responses stream cut without its end.
+        (_one_write_upstream([_event(" a"), b'{"choices":[{"index":0,"delta":{"content":5}}]}', b"[DONE]"]), "malformed"),
+        (_one_write_upstream([b'{"choices":"x"}', b"[DONE]"]), "malformed"),
+        (_one_write_upstream([_event(" a", "stop"), b'{"choices":[],"usage":{"prompt_tokens":"1"}}']), "malformed"),
+        (_whole_upstream(b'{"choices":[{"index":0,"message":{"content":["a"]},"finish_reason":"stop"}]}'), "malformed"),
+        (_whole_upstream(b"<html>not json</html>"), "unparseable"),  # was an internal error (500)
+    ],
+    ids=["number_content", "string_choices", "string_usage", "whole_list_content", "whole_not_json"],
+)
+async def test_an_upstream_answer_of_the_wrong_shape_is_an_upstream_error(handler: object, match: str) -> None:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)  # type: ignore[arg-type]
+    port = server.sockets[0].getsockname()[1]
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{port}/v1")
+    try:
+        with pytest.raises(UpstreamError, match=match) as info:
+            await collect(b, chat())
+    finally:
+        await b.aclose()
+        server.close()
+    assert info.value.status == 502
+
+
+async def test_an_upstream_that_ignores_max_tokens_is_cut_at_the_budget() -> None:
+    """An upstream streaming past max_tokens (one that never stops, at worst) ends in an upstream
+    error once it exceeds the budget; its tokens used to be relayed for as long as it sent them."""
+    events = [_event(f" t{k}") for k in range(50)] + [_event("", "stop"), b"[DONE]"]
+    server = await asyncio.start_server(_one_write_upstream(events), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{port}/v1")
+    got: list[Delta] = []
+    try:
+        with pytest.raises(UpstreamError, match="max_tokens"):
+            async for d in b.stream(chat(max_tokens=5)):
+                got.append(d)
+    finally:
+        await b.aclose()
+        server.close()
+    assert "".join(d.text for d in got) == " t0 t1 t2 t3 t4"
+    # With echo the prompt's text comes first: not over a budget of 0 (scoring a prompt).
+    server = await asyncio.start_server(_one_write_upstream([_event("say"), _event("", "length"), b"[DONE]"]),
+                                        "127.0.0.1", 0)
+    b = OpenAIHTTPBackend("b", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1")
+    echo = GenerationRequest("r3", "m", "chat", SamplingOptions(max_tokens=0, echo=True), messages=[])
+    try:
+        assert "".join(d.text for d in await collect(b, echo)) == "say"
+    finally:
+        await b.aclose()
+        server.close()

@@ -6,7 +6,8 @@ not this runner, keeps them out of interactive traffic's way (they carry priorit
 A cancel stops new lines, drops those in flight, and finalizes with what finished.
 
 A line that failed only for want of capacity (its backend down: 503 ``backend_unavailable`` or
-``engine_unavailable``; the server full: 503 ``overloaded``; a rate limit, its key's or an upstream's: 429) is not a result: it
+``engine_unavailable``; the server full: 503 ``overloaded``; the rate-limit or key store down: 503
+``ratelimit_store_unavailable`` / ``key_store_unavailable``; a rate limit, its key's or an upstream's: 429) is not a result: it
 waits with exponential backoff and runs again, for up to ``line_retry_s`` and never past the
 batch's completion window, so an engine restart or a tight rate limit slows a batch down
 instead of failing it. A spent budget (429 ``budget_exceeded``, or an upstream's
@@ -41,7 +42,10 @@ _PAGE = 256
 _IDLE_POLL_S = 2.0
 # Error codes of a line that failed only for want of capacity and is run again: 503s by code;
 # every 429 but a spent budget (an upstream's rate-limit 429 often carries no code at all).
-_RETRYABLE_503 = frozenset({"backend_unavailable", "engine_unavailable", "overloaded"})
+# A shared store's outage (Redis behind the rate limits, PostgreSQL behind the keys) answers 503 with
+# "retry shortly" too: a line refused by one is not a result either.
+_RETRYABLE_503 = frozenset({"backend_unavailable", "engine_unavailable", "overloaded", "ratelimit_store_unavailable",
+                            "key_store_unavailable"})
 _FINAL_429 = frozenset({"budget_exceeded", "insufficient_quota"})
 
 
@@ -126,6 +130,13 @@ class BatchRunner:
     async def _run_lines(self, batch: BatchRecord) -> None:
         slots = asyncio.Semaphore(self._max_concurrency)
         tasks: set[asyncio.Task[None]] = set()
+        failures: list[BaseException] = []
+
+        def settled(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                failures.append(task.exception())  # type: ignore[arg-type]
+
         self._inflight[batch.id] = tasks
         last = -1
         try:
@@ -140,12 +151,16 @@ class BatchRunner:
                         break
                     task = asyncio.create_task(self._one(batch, line))
                     tasks.add(task)
-                    task.add_done_callback(tasks.discard)
+                    task.add_done_callback(settled)
                     # Released when the task ends in any way, even cancelled before it ever ran
                     # (a release inside the task would then never happen and leak the slot).
                     task.add_done_callback(lambda _: slots.release())
                     last = line.index
             await asyncio.gather(*tasks, return_exceptions=True)
+            if failures:
+                # A line whose result could not be stored (a full disk) is still pending: fail the
+                # pass, which ``_loop`` runs again, rather than finalize the batch without it.
+                raise failures[0]
         finally:
             for task in tasks:
                 task.cancel()

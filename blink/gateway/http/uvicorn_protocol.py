@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from blink.gateway.http.http10_framing import close_delimited
+
 # uvicorn's own answer to an app that fails before its response started (``send_500_response``).
 _INTERNAL_ERROR = (b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
                    b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error")
@@ -78,13 +80,16 @@ def _flushing(holder: HeadHolder, on_response: Callable[[], None]) -> Callable[[
 
 
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """Pass as uvicorn's ``http``: each request's head leaves with its first body bytes."""
+    """Pass as uvicorn's ``http``: each request's head leaves with its first body bytes (and an
+    HTTP/1.0 request's body is close-delimited: ``http10_framing``)."""
 
     coalesce: ClassVar[bool] = True
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
         cycle = self.cycle
+        if cycle is not None and cycle.scope.get("http_version") == "1.0" and "send" not in vars(cycle):
+            cycle.send = close_delimited(cycle)  # type: ignore[method-assign]
         # A WebSocket upgrade returns before a cycle is made: ``cycle`` is then an earlier one
         # (already holding) or None.
         if not self.coalesce or cycle is None or isinstance(cycle.transport, HeadHolder):

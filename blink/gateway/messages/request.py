@@ -73,8 +73,13 @@ def chat_body(body: MessagesInput, model: str) -> dict[str, Any]:
     chat: dict[str, Any] = {"model": model, "messages": messages}
     if body.tools:
         chat["tools"] = [_tool(i, t) for i, t in enumerate(body.tools)]
+    names = [t["function"]["name"] for t in chat.get("tools", ())]
+    if len(set(names)) != len(names):  # Anthropic refuses them too: a call could not say which tool it means
+        twice = next(n for i, n in enumerate(names) if n in names[:i])
+        raise InvalidRequestError(f"'tools': tool names must be unique; {twice[:64]!r} appears more than once.",
+                                  param="tools", code="invalid_value")
     if body.tool_choice is not None:
-        chat.update(_tool_choice(body.tool_choice, [t["function"]["name"] for t in chat.get("tools", ())]))
+        chat.update(_tool_choice(body.tool_choice, names))
     if messages[-1]["role"] == "assistant":  # Anthropic's prefill: the answer continues that turn
         if messages[-1].get("tool_calls"):
             raise InvalidRequestError(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from blink.private_files import private_sqlite_path
+from blink.protocol.errors import StorageError
 
 
 class SqlStore:
@@ -43,8 +44,11 @@ class SqlStore:
                     result = fn(self._conn)
                     self._conn.commit()
                     return result
-                except BaseException:
+                except BaseException as exc:
                     self._conn.rollback()
+                    storage = _storage_error(exc)
+                    if storage is not None:
+                        raise storage from exc
                     raise
 
         return await asyncio.to_thread(locked)
@@ -74,6 +78,20 @@ class SqlStore:
 
         if self._conn is not None:
             await asyncio.to_thread(close)
+
+
+def _storage_error(exc: BaseException) -> StorageError | None:
+    """A full or unwritable store as the client's typed error (it was an unhandled 500 with a
+    traceback); None for any other failure. SQLite names its result codes (Python >= 3.11), and
+    PostgreSQL's SQLSTATE 53100 is disk_full."""
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    if name.startswith("SQLITE_FULL") or getattr(exc, "sqlstate", None) == "53100":
+        return StorageError("The server's storage is full: nothing of this request was saved. "
+                            "Retry once space is freed (delete files you no longer need).",
+                            status=507, code="insufficient_storage")
+    if name.startswith(("SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN")):
+        return StorageError("The server's storage cannot be written: nothing of this request was saved.")
+    return None
 
 
 def sqlite_connect(path: str | Path) -> Callable[[], sqlite3.Connection]:

@@ -77,6 +77,8 @@ def test_without_retry_time_a_down_upstream_is_a_final_503(flaky: FakeUpstream,
     (429, "budget_exceeded", False),  # a spent budget does not come back in a minute
     (429, "insufficient_quota", False),
     (503, "overloaded", True),  # the server full for now
+    (503, "ratelimit_store_unavailable", True),  # Redis down a moment (with fail_open false): was final
+    (503, "key_store_unavailable", True),
     (500, "internal_error", False),
     (400, "invalid_value", False),
     (200, None, False),
@@ -91,6 +93,52 @@ def test_a_line_asking_more_sequences_than_its_key_may_run_is_final() -> None:
     for line_retry_s (an hour by default)."""
     body = {"error": {"message": "m", "type": "rate_limit_error", "param": "n", "code": "too_many_sequences"}}
     assert retryable(LineResult(429, "req", body)) is False
+
+
+async def test_a_line_whose_result_could_not_be_stored_runs_again(tmp_path: object) -> None:
+    """The store refuses one line's result (a full disk for a moment): the line stays pending and
+    runs again, and the batch completes with every line. The failure used to vanish with its task:
+    the batch was finalized ``completed`` without that line."""
+    import asyncio
+    from pathlib import Path
+    from typing import Any
+
+    from blink.gateway.batch.runner import BatchRunner, LineRetry
+    from blink.gateway.batch.store import BatchRecord, NewLine, SqlBatchStore
+    from blink.gateway.storage.sql import SQLITE, sqlite_connect
+    from blink.protocol.errors import StorageError
+
+    class FullOnce(SqlBatchStore):
+        """The real SQLite store, whose disk is full for the first result written."""
+
+        refused = 0
+
+        async def complete_line(self, batch_id: str, index: int, result: dict[str, Any], is_error: bool) -> bool:
+            if not self.refused:
+                self.refused += 1
+                raise StorageError("full", status=507)
+            return await super().complete_line(batch_id, index, result, is_error)
+
+    async def execute(body: dict[str, Any], endpoint: str, key_id: str | None) -> LineResult:
+        return LineResult(200, "r", {"n": body["n"]})
+
+    store = FullOnce(sqlite_connect(Path(str(tmp_path)) / "b.db"), *SQLITE)
+    await store.start()
+    runner = BatchRunner(store, execute, 2, LineRetry(total_s=0), None)
+    try:
+        await store.create_batch(BatchRecord("b", "f", "/v1/chat/completions", "24h", "validating", 0),
+                                 [NewLine(i, f"c{i}", body={"n": i}) for i in range(4)])
+        await runner.start()
+        for _ in range(400):  # bounded: the runner retries a failed pass after a short wait
+            got = await store.get_batch("b")
+            if got is not None and got.status == "completed":
+                break
+            await asyncio.sleep(0.05)
+        assert got is not None and got.status == "completed" and store.refused == 1
+        assert (got.total, got.completed, got.failed) == (4, 4, 0)
+    finally:
+        await runner.aclose()
+        await store.aclose()
 
 
 async def test_a_rate_limited_line_waits_for_its_retry_after(tmp_path: object) -> None:

@@ -72,6 +72,7 @@ def test_tool_choice_modes(choice: dict[str, Any], mapped: str) -> None:
         {"type": "tool_use", "id": "a", "name": "f", "input": {"x": DEEP}}]}, {"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "a", "content": "ok"}]}]}, "messages[1].content[0].input"),
     ({"tool_choice": {"type": "any"}}, "tool_choice"),
+    ({"tools": [TOOL, {"name": "g", "input_schema": {"type": "object"}}, TOOL]}, "tools"),  # was accepted
     ({"tool_choice": {"type": "sometimes"}, "tools": [TOOL]}, "tool_choice.type"),
 ])
 def test_refusals_name_the_field(fields: dict[str, Any], param: str) -> None:
