@@ -40,6 +40,11 @@ log = logging.getLogger("blink.gateway.batch")
 _PAGE = 256
 # How often an idle runner looks for work it was not told about (another replica's jobs).
 _IDLE_POLL_S = 2.0
+# A pass that keeps failing (a full disk, a store gone) is retried less and less often, up to this,
+# and logged with its traceback once, then one line per _FAILURE_LOG_S: a traceback every poll
+# would itself fill the disk that was full.
+_MAX_FAILURE_WAIT_S = 60.0
+_FAILURE_LOG_S = 300.0
 # Error codes of a line that failed only for want of capacity and is run again: 503s by code;
 # every 429 but a spent budget (an upstream's rate-limit 429 often carries no code at all).
 # A shared store's outage (Redis behind the rate limits, PostgreSQL behind the keys) answers 503 with
@@ -73,6 +78,8 @@ class BatchRunner:
         self._task: asyncio.Task[None] | None = None
         self._cancelled: set[str] = set()
         self._inflight: dict[str, set[asyncio.Task[None]]] = {}
+        self._failures = 0  # passes failed in a row
+        self._failure_logged_at = 0.0
 
     async def start(self) -> None:
         if self._task is None:
@@ -101,14 +108,33 @@ class BatchRunner:
                     await self._run(batch)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("batch runner iteration failed; retrying")
+            except Exception as exc:
+                self._log_failure(exc)
                 batches = []
+            else:
+                if self._failures:
+                    log.info("batch runner recovered after %d failed passes", self._failures)
+                self._failures = 0
             if not batches:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(_IDLE_POLL_S):
+                    async with asyncio.timeout(self.failure_wait_s()):
                         await self._wake.wait()
+
+    def failure_wait_s(self) -> float:
+        """The wait before the next pass: the idle poll, doubled for each pass failed in a row."""
+        return min(_IDLE_POLL_S * 2 ** min(self._failures, 16), max(_IDLE_POLL_S, _MAX_FAILURE_WAIT_S))
+
+    def _log_failure(self, exc: Exception) -> None:
+        self._failures += 1
+        now = time.monotonic()
+        if self._failures == 1:
+            log.exception("batch runner pass failed; retrying")
+            self._failure_logged_at = now
+        elif now - self._failure_logged_at >= _FAILURE_LOG_S:
+            log.error("batch runner still failing (%d passes in a row): %s: %s", self._failures,
+                      type(exc).__name__, exc)
+            self._failure_logged_at = now
 
     async def _run(self, batch: BatchRecord) -> None:
         if batch.status == "validating":

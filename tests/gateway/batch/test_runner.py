@@ -170,3 +170,60 @@ def test_file_ids_are_time_ordered_and_carry_96_random_bits() -> None:
     assert all(len(i) == len("file-") + 16 + 24 and i[5:].isalnum() and i[5:] == i[5:].lower() for i in ids)
     assert len({i[-24:] for i in ids}) == 1000  # the random part alone tells them apart
     assert ids == sorted(ids, key=lambda i: i[5:21])  # creation order first
+
+
+async def test_a_store_that_keeps_failing_is_logged_once_and_retried_less_often(
+        tmp_path: object, caplog: pytest.LogCaptureFixture) -> None:
+    """A full disk fails every pass: one traceback, then quiet, with the waits growing; a traceback
+    per 2 s poll would itself fill the disk. The runner recovers when the store does."""
+    import asyncio
+    import logging
+    from pathlib import Path
+
+    from blink.gateway.batch import runner as runner_mod
+    from blink.gateway.batch.runner import BatchRunner, LineRetry
+    from blink.gateway.batch.store import SqlBatchStore
+    from blink.gateway.storage.sql import SQLITE, sqlite_connect
+    from blink.protocol.errors import StorageError
+
+    class Full(SqlBatchStore):
+        failing = True
+        passes = 0
+
+        async def active_batches(self) -> list:  # type: ignore[override]
+            self.passes += 1
+            if self.failing:
+                raise StorageError("disk full", status=507)
+            return await super().active_batches()
+
+    async def execute(body: dict, endpoint: str, key_id: str | None) -> LineResult:
+        return LineResult(200, "r", {})
+
+    store = Full(sqlite_connect(Path(str(tmp_path)) / "b.db"), *SQLITE)
+    await store.start()
+    runner = BatchRunner(store, execute, 1, LineRetry(total_s=0), None)
+    waits = []
+    for failures in range(8):
+        runner._failures = failures
+        waits.append(runner.failure_wait_s())
+    runner._failures = 0
+    assert waits == sorted(waits) and waits[0] == runner_mod._IDLE_POLL_S and waits[-1] == runner_mod._MAX_FAILURE_WAIT_S
+    with caplog.at_level(logging.INFO, logger="blink.gateway.batch"):
+        await runner.start()
+        try:
+            for _ in range(3):  # passes run on wake-ups too: three failed passes in a row
+                runner.notify()
+                await asyncio.sleep(0.05)
+            assert store.passes >= 3 and runner._failures >= 3
+            store.failing = False
+            runner.notify()
+            for _ in range(100):
+                if runner._failures == 0:
+                    break
+                await asyncio.sleep(0.02)
+        finally:
+            await runner.aclose()
+            await store.aclose()
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and runner._failures == 0
+    assert any("recovered" in r.getMessage() for r in caplog.records)
