@@ -21,10 +21,11 @@ from blink.config.settings import Settings
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 YAML_BLOCK = re.compile(r"```ya?ml\n(.*?)```", re.S)
-# Blocks whose values are the defaults (the README says so beside each); their first line picks them.
-DEFAULT_BLOCKS = ("server:\n", "auth: {enabled: false", "obs:\n")
-# Example values in those blocks, not defaults: the models' names, the default model naming one of them.
-EXAMPLE_KEYS = {"default_model", "name"}
+# Blocks whose values are the defaults (the page says so beside each); their first line picks them.
+DEFAULT_BLOCKS = ("server:\n", "auth: {enabled: false", "obs:\n", "voice:\n")
+# Example values in those blocks, not defaults: the models' names, the default model naming one
+# of them, and the switch that turns voice on.
+EXAMPLE_KEYS = {"default_model", "models[].name", "voice.enabled"}
 
 
 def yaml_blocks() -> list[tuple[str, str]]:
@@ -57,10 +58,11 @@ def mismatches(doc: Any, real: Any, path: str) -> list[str]:
     if isinstance(doc, dict):
         out = []
         for key, value in doc.items():
-            if key in EXAMPLE_KEYS:
+            where = f"{path}.{key}" if path else key
+            if where in EXAMPLE_KEYS:
                 continue
             sub = real.get(key) if isinstance(real, dict) else getattr(real, key, "<no such setting>")
-            out += mismatches(value, sub, f"{path}.{key}")
+            out += mismatches(value, sub, where)
         return out
     real = getattr(real, "value", real)  # enums
     if isinstance(doc, str) and isinstance(real, int) and not isinstance(real, bool):
@@ -81,8 +83,8 @@ def test_blocks_that_show_defaults_show_the_real_ones() -> None:
                 for model in value:
                     if model.get("kind", "embedded") == "embedded":
                         wrong += [f"{where} {m}" for m in mismatches(model, EmbeddedModel(), "models[]")]
-            elif section not in EXAMPLE_KEYS:
-                wrong += [f"{where} {m}" for m in mismatches(value, getattr(defaults, section), section)]
+            else:
+                wrong += [f"{where} {m}" for m in mismatches({section: value}, defaults, "")]
     assert found == len(DEFAULT_BLOCKS)
     assert not wrong, "\n".join(wrong)
 
