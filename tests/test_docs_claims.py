@@ -6,6 +6,7 @@ alone; a renamed key or a stale default there is a broken promise no other test 
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,17 @@ def test_every_documented_flag_exists() -> None:
                     unknown.append(f"{page.name}:{text[: m.start()].count(chr(10)) + 1}: blink {m.group(1)} {flag}")
     assert checked > 40  # the pattern still finds the commands the pages show
     assert not unknown, "\n".join(unknown)
+
+
+def test_every_named_extra_and_repository_path_exists() -> None:
+    """``pip install 'blink-serve[x]'`` names an extra of pyproject.toml; ``blink/...``, ``docs/...``
+    paths name files that are there (``~/.blink/...`` ones are the user's, not the repository's)."""
+    extras = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    missing = []
+    for page in PAGES:
+        text = page.read_text()
+        missing += [f"{page.name}: extra {x}" for x in re.findall(r"blink-serve\[(\w+)\]", text) if x not in extras]
+        for path in re.findall(r"(?<![~\w./-])((?:blink|benchmarks|deploy|docs|tests)/[\w./-]*\w)", text):
+            if not (REPO / path).exists():
+                missing.append(f"{page.name}: {path}")
+    assert not missing, "\n".join(missing)
