@@ -131,3 +131,18 @@ def test_every_named_extra_and_repository_path_exists() -> None:
             if not (REPO / path).exists():
                 missing.append(f"{page.name}: {path}")
     assert not missing, "\n".join(missing)
+
+
+def test_every_field_in_the_compatibility_table_is_a_request_field() -> None:
+    """The README's chat/completions table names fields the wire schemas declare (whether they
+    implement or refuse them); a field renamed or dropped in ``blink/protocol`` shows up here."""
+    from blink.protocol.chat import ChatCompletionRequest
+    from blink.protocol.completions import CompletionRequest
+
+    known = set(ChatCompletionRequest.model_fields) | set(CompletionRequest.model_fields)
+    text = (REPO / "README.md").read_text()
+    table = text[text.index("| field (endpoint) | embedded engine |"):text.index("Endpoints beside generation")]
+    rows = [line.split("|")[1] for line in table.splitlines()[2:] if line.startswith("|")]
+    names = [n for row in rows for n in re.findall(r"`([a-z_]+)[`.:]", re.sub(r"\([^)]*\)", "", row))]
+    assert len(rows) > 25 and len(names) > 50
+    assert [n for n in names if n not in known and n != "openai_http"] == []
