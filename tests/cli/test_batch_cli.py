@@ -72,6 +72,7 @@ def test_usage_report_by_key_and_model(gateway: tuple[LiveServer, Path]) -> None
     result = CliRunner().invoke(app, ["usage", "--db", str(tmp / "usage.db"), "--all"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "anonymous" in result.output and "fake" in result.output and "total cost $" in result.output
+    assert "saved (cache hits, prompt compression) $" in result.output
 
 
 def test_batch_run_with_a_local_model(tiny_llama: Path, tmp_path: Path) -> None:
