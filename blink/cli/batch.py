@@ -109,8 +109,9 @@ def _local_server(model: str) -> Iterator[str]:
             _wait_ready(f"http://127.0.0.1:{port}", proc)
             yield f"http://127.0.0.1:{port}/v1"
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
+            # SIGTERM to the server alone: it stops its engine core itself. Sent to the whole group, it
+            # killed the core under the server, which then logged "engine core died" after a clean run.
+            proc.terminate()
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:

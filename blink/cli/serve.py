@@ -22,7 +22,7 @@ def serve(
     max_num_seqs: Annotated[int | None, typer.Option(help="Max sequences per engine step.")] = None,
     max_num_batched_tokens: Annotated[int | None, typer.Option(help="Token budget per engine step.")] = None,
     max_model_len: Annotated[int | None, typer.Option(help="Context length cap (0 = model's).")] = None,
-    threads: Annotated[int | None, typer.Option(help="Engine threads (0 = auto: all cores but one on machines with ≤ 4 cores, else all but two).")] = None,
+    threads: Annotated[int | None, typer.Option(help="Engine threads (0 = auto: every core on machines with two or fewer, else all but one with ≤ 4 cores, all but two above).")] = None,
     speculative: Annotated[str | None, typer.Option(help="Speculative decoding: none | ngram | draft.")] = None,
     num_speculative_tokens: Annotated[int | None, typer.Option(help="Max tokens proposed per step (speculative decoding).")] = None,
     draft_model: Annotated[str | None, typer.Option(help="Draft model for --speculative draft (shares the tokenizer).")] = None,

@@ -17,7 +17,7 @@ def usage(
     config: Annotated[Path | None, typer.Option(help="YAML config file (for cost.path).")] = None,
     db: Annotated[str | None, typer.Option("--db", help="Usage database (default: cost.path).")] = None,
 ) -> None:
-    """Requests, tokens, cost and cache savings by API key and model."""
+    """Requests, tokens, cost and savings (cache hits, prompt compression) by API key and model."""
     from rich.console import Console
     from rich.table import Table
 
@@ -39,4 +39,5 @@ def usage(
         total_saved += float(values["saved_usd"])  # type: ignore[arg-type]
         table.add_row(*(f"{v:.6f}" if isinstance(v, float) else str(v) for v in values.values()))
     Console().print(table)
-    typer.echo(f"total cost ${total_cost:.6f}, saved by the cache ${total_saved:.6f}")
+    # saved_usd counts cache hits and the input tokens prompt compression removed (README, "Cost").
+    typer.echo(f"total cost ${total_cost:.6f}, saved (cache hits, prompt compression) ${total_saved:.6f}")

@@ -63,8 +63,8 @@ class EngineConfig(BaseModel):
     # pinned blocks are taken from what other prefixes could have cached.
     pinned_prefix_blocks: int = Field(0, ge=0)
     enable_chunked_prefill: bool = True
-    # Torch intra-op threads of the engine process; 0 = auto (the server leaves the gateway a
-    # core: blink.engine.async_engine.default_threads).
+    # Torch intra-op threads of the engine process; 0 = auto (blink.engine.fast_defaults: every
+    # core on machines with two or fewer, else default_threads, which leaves the gateway one or two).
     threads: int = Field(0, ge=0)
     # Added to the engine-core process's OS niceness (0-19). A positive value lets the gateway's
     # short bursts (a cache hit, a new request's tokenisation) preempt a forward pass on a shared

@@ -20,6 +20,12 @@ TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 LogitBias = Annotated[float, Field(ge=-_L.max_logit_bias, le=_L.max_logit_bias)]
 
 
+# Priorities a client may ask for with ``x-blink-priority``, most urgent first (``normal`` is an
+# alias of the default, ``interactive``, kept for existing clients). API keys are granted them as
+# ``priority:<lane>`` scopes, so the header and the scopes read this one list.
+PRIORITIES = ("voice", "interactive", "normal", "batch", "idle")
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 

@@ -72,6 +72,7 @@ def test_usage_report_by_key_and_model(gateway: tuple[LiveServer, Path]) -> None
     result = CliRunner().invoke(app, ["usage", "--db", str(tmp / "usage.db"), "--all"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "anonymous" in result.output and "fake" in result.output and "total cost $" in result.output
+    assert "saved (cache hits, prompt compression) $" in result.output
 
 
 def test_batch_run_with_a_local_model(tiny_llama: Path, tmp_path: Path) -> None:
@@ -82,3 +83,5 @@ def test_batch_run_with_a_local_model(tiny_llama: Path, tmp_path: Path) -> None:
                            str(tiny_llama), "--poll-s", "0.1"], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert sorted(orjson.loads(x)["custom_id"] for x in out.read_bytes().splitlines()) == ["l0", "l1", "l2"]
+    # The private server is stopped in order: a clean run reports no engine death on the way out.
+    assert "died" not in proc.stderr, proc.stderr

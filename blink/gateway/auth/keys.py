@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from blink.gateway.http.errors import error_messages
 from blink.obs import stage
 from blink.private_files import private_sqlite_path
+from blink.protocol.common import PRIORITIES
 from blink.protocol.errors import AuthenticationError, BlinkError, PermissionDeniedError
 
 PRINCIPAL_STATE_KEY = "blink_principal"
@@ -89,11 +90,13 @@ class ApiKey:
 
 
 def validate_scopes(scopes: list[str]) -> list[str]:
-    """The scopes as stored; a ``ValueError`` names one that is not a scope (a typo grants nothing)."""
+    """The scopes as stored; a ``ValueError`` names one that is not a scope (a typo grants nothing),
+    ``priority:<lane>`` included: the lane must be one ``x-blink-priority`` accepts."""
+    lanes = {SCOPE_PRIORITY_PREFIX + lane for lane in PRIORITIES}
     for scope in scopes:
-        if scope not in KNOWN_SCOPES and not (scope.startswith(SCOPE_PRIORITY_PREFIX)
-                                              and len(scope) > len(SCOPE_PRIORITY_PREFIX)):
-            raise ValueError(f"unknown scope {scope!r}: use {', '.join(KNOWN_SCOPES)} or priority:<lane>")
+        if scope not in KNOWN_SCOPES and scope not in lanes:
+            raise ValueError(f"unknown scope {scope!r}: use {', '.join(KNOWN_SCOPES)} or priority:<lane> "
+                             f"(lanes: {', '.join(PRIORITIES)})")
         if "," in scope:
             raise ValueError(f"a scope cannot contain a comma: {scope!r}")
     return list(scopes)

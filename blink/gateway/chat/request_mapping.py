@@ -12,7 +12,7 @@ from blink.backends.request_body import request_from_body
 from blink.gateway.chat.structured_request import structured_output
 from blink.gateway.http.request_parsing import bounded_int
 from blink.protocol.chat import ChatCompletionRequest
-from blink.protocol.common import SamplingFields
+from blink.protocol.common import PRIORITIES, SamplingFields
 from blink.protocol.completions import CompletionRequest, Prompt
 from blink.protocol.errors import InvalidRequestError
 from blink.request_limits import INT32_MAX, SAMPLING_LIMITS
@@ -76,11 +76,6 @@ def _prompts(prompt: Prompt) -> list[str | list[int]]:
             param = "prompt" if len(prompts) == 1 else f"prompt[{i}]"
             raise InvalidRequestError(f"'{param}' must not be empty.", param=param, code="invalid_value")
     return prompts
-
-
-# Priorities a client may ask for with ``x-blink-priority``, most urgent first (``normal`` is an
-# alias of the default, ``interactive``, kept for existing clients).
-PRIORITIES = ("voice", "interactive", "normal", "batch", "idle")
 
 
 def apply_routing_headers(req: GenerationRequest, headers: Mapping[str, str]) -> GenerationRequest:

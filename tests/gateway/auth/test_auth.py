@@ -127,12 +127,15 @@ def test_scopes_and_sequence_quota_round_trip(tmp_path: Path) -> None:
 
 def test_unknown_scope_is_refused(tmp_path: Path) -> None:
     store = ApiKeyStore(tmp_path / "k.db")
-    for bad in (["root"], ["priority:"], ["a,b"]):
+    # A lane x-blink-priority does not know is a typo too: it granted nothing, silently.
+    for bad in (["root"], ["priority:"], ["a,b"], ["priority:vocie"], ["priority:voice,batch"]):
         with pytest.raises(ValueError):
             store.create("acme", scopes=bad)
     with pytest.raises(ValueError):
         store.create("acme", max_sequences=-1)
     assert store.list() == []
+    lanes = ["priority:voice", "priority:interactive", "priority:normal", "priority:batch", "priority:idle"]
+    assert store.create("acme", scopes=lanes)[0].scopes == lanes
 
 
 def test_keys_are_found_by_id_while_live(tmp_path: Path) -> None:
