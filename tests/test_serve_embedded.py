@@ -133,11 +133,14 @@ def _free_port() -> int:
 
 
 def test_blink_serve_command_with_local_model(tiny_llama: Path) -> None:
+    """`blink serve` end to end; then SIGTERM to its whole process group (systemd's default
+    KillMode, ``kill -- -PGID``) while a stream is open: the stream still ends whole, as the
+    gateway drains it, and the engine core is not killed under it."""
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "blink.cli", "serve", "--model", str(tiny_llama), "--port",
                              str(port), "--threads", "1", "--dtype", "float32", "--served-model-name", "local"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -152,11 +155,18 @@ def test_blink_serve_command_with_local_model(tiny_llama: Path) -> None:
             model="local", messages=[{"role": "user", "content": "hi"}], max_tokens=5, stream=True)
         chunks = list(stream)
         assert chunks[-1].choices[0].finish_reason in ("length", "stop")
+        draining = _client(f"http://127.0.0.1:{port}").chat.completions.create(
+            model="local", messages=[{"role": "user", "content": "hi"}], max_tokens=48, stream=True,
+            extra_body={"ignore_eos": True})
+        first = next(iter(draining))
+        os.killpg(proc.pid, signal.SIGTERM)
+        rest = [c for c in draining if c.choices]
+        assert first.choices and rest[-1].choices[0].finish_reason == "length"
+        assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
+        output = proc.stdout.read().decode() if proc.stdout else ""
+        assert "engine core died" not in output and "Traceback" not in output, output
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
+        if proc.poll() is None:
             proc.kill()
             proc.wait()
 

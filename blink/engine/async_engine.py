@@ -39,10 +39,10 @@ log = logging.getLogger("blink.engine")
 # Loading a small model takes seconds; a big one on a slow disk can take minutes.
 _READY_TIMEOUT_S = 600.0
 # Shutdown stays within 5 s whatever the core is doing (stepping, hung, stopped, gone): it asks,
-# then terminates, then kills, each wait bounded. A clean exit takes well under the first wait;
-# the last is the longest because a SIGKILL waits for a process in uninterruptible I/O (loading
-# weights on a busy disk) to leave it.
-_SHUTDOWN_JOIN_S = (2.0, 1.0, 2.0)
+# then kills, each wait bounded. A clean exit takes well under the first wait; the second is as
+# long because a SIGKILL waits for a process in uninterruptible I/O (loading weights on a busy
+# disk) to leave it.
+_SHUTDOWN_JOIN_S = (2.0, 3.0)
 # Parsed specs remembered by the frontend (each entry is just its text): the engine core's
 # compiled-grammar LRU holds 64; the frontend's cheaper entries can cover more.
 _VALID_SPECS_KEPT = 256
@@ -355,13 +355,13 @@ class AsyncEngine:
 
 
 async def _stop_process(proc: multiprocessing.process.BaseProcess, asked: bool) -> None:
-    """Wait for a clean exit (if the core could be ``asked``), then SIGTERM, then SIGKILL (which
-    also ends a stopped process).
+    """Wait for a clean exit (if the core could be ``asked``), then SIGKILL (which also ends a
+    stopped process). No SIGTERM: the core ignores it (core_process.run_engine_core).
 
     Polls instead of ``join`` in an executor: the default executor may be busy (tokenising),
     and a shutdown must not queue behind it.
     """
-    for wait_s, stop in zip(_SHUTDOWN_JOIN_S, (None, proc.terminate, proc.kill), strict=True):
+    for wait_s, stop in zip(_SHUTDOWN_JOIN_S, (None, proc.kill), strict=True):
         if stop is None and not asked:
             continue  # a core that never connected cannot hear a polite request
         if stop is not None:

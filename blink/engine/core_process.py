@@ -119,7 +119,11 @@ def run_engine_core(
 
     ``parent_pid`` is the spawning process (0: whoever our parent is now); we exit when it dies.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop
+    # The parent decides when we stop (it asks, then kills): a terminal's Ctrl-C or a SIGTERM sent to
+    # the whole process group or cgroup (systemd's default KillMode, ``kill -- -PGID``) reaches us
+    # too, and dying at once would fail the streams the gateway is still draining.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent_pid = parent_pid or os.getppid()
     die_with_parent(parent_pid)
     configure_threads(int(config_dict.get("threads", 0)))
