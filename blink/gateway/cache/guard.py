@@ -16,7 +16,8 @@ cosine ignores, and rejects the pair unless all of these agree:
   "America");
 - opposites anywhere among the differing words, generic verbs included: a negating prefix on a
   form of the other word (``subscribe``/``unsubscribing``), opposed prefixes (``enable``/
-  ``disable``) or an everyday opposite (``take``/``avoid``) — rules in ``lexicon.py``;
+  ``disable``) or an everyday opposite (``take``/``avoid``) — rules in ``lexicon.py`` — or
+  WordNet's antonyms (``won``/``lost``, ``common``/``rare``: ``synonyms.antonyms``);
 - content words: after dropping function words and generic verbs and pairing forms of one word
   (inflections, British/American spellings, typos of which one side is not an English word) and
   WordNet synonyms (``synonyms.py``: "dispute"/"challenge", "close"/"shut down"), nothing may be
@@ -41,7 +42,7 @@ from functools import lru_cache
 
 from blink.gateway.cache.lexicon import is_word, look_alike, opposed, variant
 from blink.gateway.cache.lexicon import stem as _stem
-from blink.gateway.cache.synonyms import can_be_noun, synonyms
+from blink.gateway.cache.synonyms import antonyms, can_be_noun, synonyms
 
 _CONTRACTIONS = [
     (re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"), (re.compile(r"n't\b"), " not"),
@@ -350,6 +351,10 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
     if len(diff_a) > _MAX_DIFFERING or len(diff_b) > _MAX_DIFFERING:
         return f"{max(len(diff_a), len(diff_b))} words differ: not a rewording"
     opposite = next(((w, v) for w in diff_a for v in diff_b if opposed(w, v)), None)
+    if opposite is None and params.wordnet:  # WordNet's antonyms, looked up by the words as written
+        words_a = {t for t in fa.tokens if _stem(t) in diff_a and t.isalpha()}
+        words_b = {t for t in fb.tokens if _stem(t) in diff_b and t.isalpha()}
+        opposite = next(((w, v) for w in words_a for v in words_b if antonyms(w, v)), None)
     if opposite:
         return f"opposites: {opposite[0]!r} vs {opposite[1]!r}"
     only_a, only_b = _leftover(fa, fb, params.wordnet)

@@ -197,3 +197,16 @@ def test_an_added_adjective_is_not_a_new_head_noun() -> None:
     add, swap = DEFAULT_PARAMS.add_slack_cosine, DEFAULT_PARAMS.swap_slack_cosine
     assert same_answer(b, a, add)  # "available" can be no noun: the added-word slack
     assert not same_answer(b, a, swap - 0.01, GuardParams(add, swap, wordnet=False))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Which teams won the cup final?", "Which teams lost the cup final?"),  # irregular verb forms
+        ("Are drones allowed over the stadium?", "Are drones forbidden over the stadium?"),
+        ("Is this blood type common in Iceland?", "Is this blood type rare in Iceland?"),  # through a cluster head
+        ("Is the lake shallow near the pier?", "Is the lake deep near the pier?"),
+    ],
+)
+def test_wordnet_antonyms_are_refused(a: str, b: str) -> None:
+    assert "opposites" in (explain(b, a, ABOVE_ALL_SLACK) or "")

@@ -48,3 +48,20 @@ def test_a_guarded_cache_without_wordnet_refuses_to_start(monkeypatch: pytest.Mo
     with pytest.raises(syn.WordNetMissing):
         GuardedMatcher(embedder=object(), threshold=0.72)  # type: ignore[arg-type]
     GuardedMatcher(embedder=object(), threshold=0.72, guard=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("won", "lost"), ("allowed", "forbidden"), ("rare", "common"), ("widening", "narrowing"),  # inflected forms
+     ("legal", "illegal"), ("asleep", "awake"), ("shallow", "deep"), ("increased", "decreases")],
+)  # fmt: skip
+def test_antonyms(a: str, b: str) -> None:
+    assert syn.antonyms(a, b) and syn.antonyms(b, a)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("big", "large"), ("buy", "purchase"), ("rare", "rare"), ("dog", "cat"), ("zzqx", "big"), ("", "deep")],
+)  # fmt: skip
+def test_not_antonyms(a: str, b: str) -> None:
+    assert not syn.antonyms(a, b)
