@@ -5,15 +5,18 @@ cosine 0.96, and "convert kilograms to pounds" and "pounds to kilograms" at 0.99
 alone serves a quarter of such traps (benchmarks/RESULTS.md, "Semantic-cache quality"). The guard compares what a
 cosine ignores, and rejects the pair unless all of these agree:
 
-- numbers and quantities (``3pm``, ``£250,000``, ``fifteen``, ``2-bedroom``), time words
-  (weekdays, months, today/tomorrow, weekends, am/pm);
+- numbers and quantities (``3pm``, ``£250,000``, ``fifteen``, ``2-bedroom``; ``03/04``,
+  ``140/90``, ``2024-25`` as one token each, so their order counts), time words (weekdays,
+  months, today/tomorrow, weekends, am/pm), and the unit after a number (``10 km``/``10 miles``,
+  ``5 mg``/``5 ml``: no slack bends it, a spelling or WordNet synonym of it pairs up);
+- third persons (``he``/``she``/``they``: whom the question is about; I/we/you are the asker);
 - negations (``not``, ``n't``, ``never``, ``without``, ``non-``);
 - comparatives and superlatives (``most``/``least``, ``cheapest``);
 - direction words with what they point at, in order (``from savings to current``), and the
   order around a relation word: the phrase left of ``to``/``into``/``than``/``in``/``per`` …
   in one question must not stand on its right in the other (``PNG to JPEG``/``JPEG to PNG``);
-- named entities (capitalised words) must appear on both sides, or a WordNet synonym ("the US"/
-  "America");
+- named entities (capitalised words) and possessors (``my wife's``, ``the cat's``) must appear
+  on both sides, or a WordNet synonym ("the US"/"America");
 - opposites anywhere among the differing words, generic verbs included: a negating prefix on a
   form of the other word (``subscribe``/``unsubscribing``), opposed prefixes (``enable``/
   ``disable``) or an everyday opposite (``take``/``avoid``) — rules in ``lexicon.py`` — or
@@ -24,7 +27,8 @@ cosine ignores, and rejects the pair unless all of these agree:
   left over — except, at a high cosine, one added word (``params.add_slack``)
   or one replaced word (``params.swap_slack``). Never when the word stands right before a word
   both share (``extended warranty``, ``self-employed``: it narrows it), nor when the two
-  replaced words are spelt alike (``Niger``/``Nigeria``: two names); an added word that closes
+  replaced words are spelt alike (``Niger``/``Nigeria``: two names) or one is no English word
+  (``cetirizine``/``loratadine``: two names in lower case); an added word that closes
   a noun phrase after a shared word (``phone`` -> ``phone card``: a new thing asked about) needs
   the replaced-word slack.
 
@@ -49,7 +53,15 @@ _CONTRACTIONS = [
     (re.compile(r"'re\b"), " are"), (re.compile(r"'m\b"), " am"), (re.compile(r"'ll\b"), " will"),
     (re.compile(r"'ve\b"), " have"), (re.compile(r"'d\b"), " would"), (re.compile(r"\b(what|that|it|there|who|where|how|when)'s\b"), r"\1 is"),
 ]  # fmt: skip
-_TOKEN = re.compile(r"[a-z]+|\d+(?:[.,]\d+)*|[%£$€]")
+# A number keeps its separators between digits: "03/04" is not "04/03", "2024-25" not "2025-24".
+_TOKEN = re.compile(r"[a-z]+|\d+(?:[.,/:-]\d+)*|[%£$€]")
+# "my wife's", "the cat's": a possessor (not "he's", "let's": a verb), compared as an entity.
+_POSSESSOR = re.compile(r"\b([a-z]+)'s\b")
+_NOT_POSSESSORS = frozenset("he she let here".split())
+# Third persons are whom a question is about ("safe for me"/"safe for her"); I/we/you are the
+# asker and are reworded freely ("how do I"/"how do you"), so only these are compared.
+_THIRD_PERSONS = {"he": "he", "him": "he", "his": "he", "himself": "he", "she": "she", "her": "she", "hers": "she",
+                  "herself": "she", "they": "they", "them": "they", "their": "they", "theirs": "they"}  # fmt: skip
 _RAW_WORD = re.compile(r"[A-Za-z][A-Za-z]*")
 
 _NUMBER_WORDS = {
@@ -134,6 +146,7 @@ class Features:
     surface: dict[str, str]  # stem -> the word it came from (typos are judged on words)
     relations: list[tuple[str, frozenset[str], frozenset[str]]]  # (to, {celsius}, {fahrenheit})
     sequence: tuple[str, ...]  # every token, in order
+    units: frozenset[str]  # content words right after a number: "10 km", "5 mg", "20 weeks"
 
 
 def features(text: str) -> Features:
@@ -141,7 +154,7 @@ def features(text: str) -> Features:
     a miss compares one query with several neighbours, and cached questions recur."""
     f = _analyse(text)
     return Features(f.critical.copy(), list(f.directions), set(f.entities), set(f.tokens), f.content.copy(),
-                    f.surface, f.relations, f.sequence)  # fmt: skip
+                    f.surface, f.relations, f.sequence, f.units)  # fmt: skip
 
 
 # Texts analysed by the guard, kept: a few thousand short questions are a few MB.
@@ -153,7 +166,10 @@ def _analyse(text: str) -> Features:
     content: Counter[str] = Counter()
     surface: dict[str, str] = {}
     directions: list[tuple[str, str]] = []
+    units: set[str] = set()
     for i, tok in enumerate(tokens):
+        if tok in _THIRD_PERSONS:
+            critical["p:" + _THIRD_PERSONS[tok]] += 1
         if tok[0].isdigit():
             critical["#" + tok.replace(",", "")] += 1
         elif tok in "%£$€":
@@ -179,13 +195,19 @@ def _analyse(text: str) -> Features:
             directions.append((tok, _stem(target)))
         elif tok not in _STOP:
             content[_stem(tok)] += 1
+            if i > 0 and (tokens[i - 1][0].isdigit() or tokens[i - 1] in _NUMBER_WORDS):
+                units.add(_stem(tok))
             surface.setdefault(_stem(tok), tok)
     entities = set()
     for sentence in re.split(r"[.!?]\s+|^", text):
         words = _RAW_WORD.findall(sentence)
         # Capitalised time words (Monday, March) are compared, typos allowed, as time words.
         entities |= {w.lower() for w in words[1:] if w[0].isupper() and w != "I" and _stem(w.lower()) not in _TIME_WORDS}
-    return Features(critical, directions, entities, set(tokens), content, surface, _relations(tokens), tuple(tokens))
+    # Whose thing it is must be asked on both sides, like a name ("my cat's"/"my dog's", "my
+    # wife's"/"my"); "Austria's capital"/"the capital of Austria" has it on both.
+    entities |= {m.group(1) for m in _POSSESSOR.finditer(_normalise(text)) if m.group(1) not in _NOT_POSSESSORS}
+    return Features(critical, directions, entities, set(tokens), content, surface, _relations(tokens), tuple(tokens),
+                    frozenset(units))  # fmt: skip
 
 
 def _is_content(tok: str) -> bool:
@@ -360,6 +382,11 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
     only_a, only_b = _leftover(fa, fb, params.wordnet)
     if not (only_a or only_b):
         return None
+    # A unit is part of its number ("10 km"/"10 miles"): no slack bends it (a spelling or a
+    # WordNet synonym, "km"/"kilometres", has already paired up).
+    unit = next((w for w in only_a if w in fa.units), None) or next((w for w in only_b if w in fb.units), None)
+    if unit:
+        return f"unit of a quantity differs: {unit!r}"
     if len(only_a) + len(only_b) == 1:
         added, side, other = (only_a[0], fa, stems_b) if only_a else (only_b[0], fb, stems_a)
         if _modifies(added, side, other):
@@ -371,6 +398,10 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
     if len(only_a) == 1 and len(only_b) == 1:
         if look_alike(only_a[0], only_b[0]):
             return f"names spelt alike: {only_a[0]!r} vs {only_b[0]!r}"
+        # A word no dictionary knows, replaced by another that is not its typo: two names
+        # ("cetirizine"/"loratadine", "kotlin"/"swift" written in lower case), not a rewording.
+        if params.wordnet and not (is_word(fa.surface.get(only_a[0], only_a[0])) and is_word(fb.surface.get(only_b[0], only_b[0]))):
+            return f"a name is replaced: {only_a[0]!r} vs {only_b[0]!r}"
         if _modifies(only_a[0], fa, stems_b) and _modifies(only_b[0], fb, stems_a):
             return f"a word narrowing a shared one is swapped: {only_a[0]!r} vs {only_b[0]!r}"
         if score >= params.swap_slack_cosine:
