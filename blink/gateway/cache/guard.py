@@ -321,11 +321,26 @@ def _pair_synonyms(only_a: list[str], only_b: list[str], fa: Features, fb: Featu
                 break
 
 
+def _pair_compounds(only_a: list[str], only_b: list[str], fa: Features, fb: Features) -> None:
+    """"e-mail"/"email", "trade mark"/"trademark": two adjacent words of one side written as one
+    word on the other are one word (the spellings of a compound)."""
+    for x, y, side in ((only_a, only_b, fa), (only_b, only_a, fb)):
+        for t1, t2 in zip(side.sequence, side.sequence[1:], strict=False):
+            s1, s2 = _stem(t1), _stem(t2)
+            if s1 in x and s2 in x and s1 != s2:
+                joined = next((w for w in y if _stem(t1 + t2) == w), None)
+                if joined is not None:
+                    x.remove(s1)
+                    x.remove(s2)
+                    y.remove(joined)
+
+
 def _leftover(fa: Features, fb: Features, wordnet: bool = True) -> tuple[list[str], list[str]]:
     only_a = list((fa.content - fb.content).elements())
     only_b = list((fb.content - fa.content).elements())
     if len(only_a) > _MAX_DIFFERING or len(only_b) > _MAX_DIFFERING:
         return only_a, only_b  # a word repeated many times: another question, and no pairwise work
+    _pair_compounds(only_a, only_b, fa, fb)
     for w in list(only_a):
         match = next((v for v in only_b if _is_variant(w, v, fa, fb)), None)
         if match is not None:

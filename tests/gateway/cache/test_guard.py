@@ -249,3 +249,17 @@ def test_units_dates_persons_possessors_and_names_never_bend(a: str, b: str, rul
 )
 def test_units_persons_and_possessors_allow_rewordings(a: str, b: str) -> None:
     assert explain(b, a, ABOVE_ALL_SLACK) is None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("How do I whitelist an email address?", "How do I whitelist an e-mail address?"),
+     ("How do I register a trademark?", "How do I register a trade mark?"),
+     ("How do I back up a data base?", "How do I back up a database?")],
+)  # fmt: skip
+def test_a_compound_written_in_two_words_is_one_word(a: str, b: str) -> None:
+    assert explain(b, a, BELOW_ALL_SLACK) is None and explain(a, b, BELOW_ALL_SLACK) is None
+
+
+def test_a_compound_does_not_hide_another_word() -> None:
+    assert explain("How do I back up a database?", "How do I back up a data warehouse?", BELOW_ALL_SLACK)
