@@ -102,6 +102,10 @@ _STOP = frozenset(
     usually typically normally currently actually still kind sort thing things lot bit whats steps step
     hey sorry question but wonder wondering quick anyone help hoping kindly let s""".split()
 ) - _DIRECTIONS - _NEGATIONS
+# Generic verbs and nouns among the stop words; after a preposition of place or purpose one is
+# a thing asked about ("at home"/"at work", "for help"), not phrasing.
+_GENERIC = frozenset("work help use set question".split())
+_PLACES = frozenset("at from for in on by with".split())  # not "to": mostly an infinitive
 # More differing words than this on one side is another question, whatever pairs up; refusing it
 # here also bounds the pairwise word comparisons below on long texts.
 _MAX_DIFFERING = 16
@@ -193,7 +197,7 @@ def _analyse(text: str) -> Features:
                 continue
             target = next((t for t in tokens[i + 1 :] if t not in _STOP and t not in _DIRECTIONS), "")
             directions.append((tok, _stem(target)))
-        elif tok not in _STOP:
+        elif tok not in _STOP or (tok in _GENERIC and i > 0 and tokens[i - 1] in _PLACES):
             content[_stem(tok)] += 1
             if i > 0 and (tokens[i - 1][0].isdigit() or tokens[i - 1] in _NUMBER_WORDS):
                 units.add(_stem(tok))

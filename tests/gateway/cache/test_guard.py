@@ -263,3 +263,9 @@ def test_a_compound_written_in_two_words_is_one_word(a: str, b: str) -> None:
 
 def test_a_compound_does_not_hide_another_word() -> None:
     assert explain("How do I back up a database?", "How do I back up a data warehouse?", BELOW_ALL_SLACK)
+
+
+def test_a_generic_word_after_a_preposition_is_a_thing_asked_about() -> None:
+    # "work" is a stop word as a verb ("does it work"); "at work" is where.
+    assert explain("How do I reset the router at work?", "How do I reset the router at home?", 0.91)
+    assert explain("Does the charger work with my laptop?", "Does the charger function with my laptop?", ABOVE_ALL_SLACK) is None
