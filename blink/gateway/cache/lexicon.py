@@ -73,6 +73,7 @@ _CORE_OPPOSITES = [
 ]  # fmt: skip
 
 
+_KEEP_DOUBLE = frozenset("aeiouylsfz")
 _SIBILANT_ES = re.compile(r"(?:ss|x|z|ch|sh)es$")
 # Prefixes that oppose each other on one base: enable/disable, include/exclude, increase/decrease.
 _OPPOSING_PREFIXES = [("en", "dis"), ("in", "ex"), ("im", "ex"), ("in", "de"), ("up", "down"), ("in", "out"),
@@ -88,7 +89,12 @@ def stem(word: str) -> str:
         return word[:-2]
     for suffix in ("ing", "ed", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
-            return word[: -len(suffix)]
+            base = word[: -len(suffix)]
+            # "banned", "permitted", "stopping": the consonant doubled before -ed/-ing ("called",
+            # "missed" keep theirs, and "added" keeps "add").
+            if suffix != "s" and len(base) > 3 and base[-1] == base[-2] and base[-1] not in _KEEP_DOUBLE:
+                return base[:-1]
+            return base
     return word
 
 

@@ -269,3 +269,12 @@ def test_a_generic_word_after_a_preposition_is_a_thing_asked_about() -> None:
     # "work" is a stop word as a verb ("does it work"); "at work" is where.
     assert explain("How do I reset the router at work?", "How do I reset the router at home?", 0.91)
     assert explain("Does the charger work with my laptop?", "Does the charger function with my laptop?", ABOVE_ALL_SLACK) is None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("Are pets permitted in the flat?", "Are pets banned in the flat?"),  # consonant doubled before -ed
+     ("Is the shop stopping deliveries?", "Is the shop starting deliveries?")],
+)  # fmt: skip
+def test_inflected_opposites_are_refused(a: str, b: str) -> None:
+    assert "opposites" in (explain(b, a, ABOVE_ALL_SLACK) or "")
