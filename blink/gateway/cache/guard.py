@@ -28,7 +28,8 @@ cosine ignores, and rejects the pair unless all of these agree:
   or one replaced word (``params.swap_slack``). Never when the word stands right before a word
   both share (``extended warranty``, ``self-employed``: it narrows it), nor when the two
   replaced words are spelt alike (``Niger``/``Nigeria``: two names) or one is no English word
-  (``cetirizine``/``loratadine``: two names in lower case); an added word that closes
+  (``cetirizine``/``loratadine``: two names in lower case) or both are nouns for
+  two kinds of one thing by WordNet (``puppy``/``kitten``, ``adults``/``kids``); an added word that closes
   a noun phrase after a shared word (``phone`` -> ``phone card``: a new thing asked about) needs
   the replaced-word slack.
 
@@ -46,7 +47,7 @@ from functools import lru_cache
 
 from blink.gateway.cache.lexicon import is_word, look_alike, opposed, variant
 from blink.gateway.cache.lexicon import stem as _stem
-from blink.gateway.cache.synonyms import antonyms, can_be_noun, synonyms
+from blink.gateway.cache.synonyms import antonyms, can_be_noun, co_hyponyms, synonyms
 
 _CONTRACTIONS = [
     (re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"), (re.compile(r"n't\b"), " not"),
@@ -421,6 +422,9 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
         # ("cetirizine"/"loratadine", "kotlin"/"swift" written in lower case), not a rewording.
         if params.wordnet and not (is_word(fa.surface.get(only_a[0], only_a[0])) and is_word(fb.surface.get(only_b[0], only_b[0]))):
             return f"a name is replaced: {only_a[0]!r} vs {only_b[0]!r}"
+        # "my son"/"my cat", "for beginners"/"for seniors": another kind of the same thing.
+        if params.wordnet and co_hyponyms(fa.surface.get(only_a[0], only_a[0]), fb.surface.get(only_b[0], only_b[0])):
+            return f"another kind of thing: {only_a[0]!r} vs {only_b[0]!r}"
         if _modifies(only_a[0], fa, stems_b) and _modifies(only_b[0], fb, stems_a):
             return f"a word narrowing a shared one is swapped: {only_a[0]!r} vs {only_b[0]!r}"
         if score >= params.swap_slack_cosine:

@@ -151,6 +151,20 @@ def antonyms(a: str, b: str) -> bool:
 
 
 @lru_cache(maxsize=65536)
+def _noun_kinds(word: str) -> frozenset[int]:
+    """The synsets one and two steps above the noun senses of ``word`` (what it is a kind of)."""
+    wn = _wordnet()
+    up = {t for sense in _wordnet().senses(word, ("noun",)) for sym, t in wn.pointers(sense)[1] if sym in ("@", "@i")}
+    return frozenset(up | {t for h in up for sym, t in wn.pointers(h)[1] if sym in ("@", "@i")})
+
+
+def co_hyponyms(a: str, b: str) -> bool:
+    """``a`` and ``b`` are nouns for two kinds of one thing ("puppy"/"kitten", "lunch"/"dinner",
+    "adult"/"child"): two different things of a category, not two names for one."""
+    return a != b and bool(_noun_kinds(a) & _noun_kinds(b)) and not synonyms(a, b)
+
+
+@lru_cache(maxsize=65536)
 def can_be_noun(word: str) -> bool:
     """WordNet lists ``word`` (or its base form) as a noun: "card", "policy", not "available"."""
     return bool(_wordnet().senses(word, ("noun",)))

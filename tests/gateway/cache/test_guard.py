@@ -278,3 +278,14 @@ def test_a_generic_word_after_a_preposition_is_a_thing_asked_about() -> None:
 )  # fmt: skip
 def test_inflected_opposites_are_refused(a: str, b: str) -> None:
     assert "opposites" in (explain(b, a, ABOVE_ALL_SLACK) or "")
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("Is paracetamol safe for my son?", "Is paracetamol safe for my cat?"),
+     ("What vaccines does a puppy need?", "What vaccines does a kitten need?"),
+     ("How many ounces are in a pint?", "How many ounces are in a quart?"),
+     ("Is the museum free for kids?", "Is the museum free for adults?")],
+)  # fmt: skip
+def test_another_kind_of_thing_is_refused_at_any_cosine(a: str, b: str) -> None:
+    assert "another kind" in (explain(b, a, ABOVE_ALL_SLACK) or "")

@@ -65,3 +65,13 @@ def test_antonyms(a: str, b: str) -> None:
 )  # fmt: skip
 def test_not_antonyms(a: str, b: str) -> None:
     assert not syn.antonyms(a, b)
+
+
+@pytest.mark.parametrize(("a", "b"), [("puppy", "kitten"), ("lunch", "dinner"), ("pint", "quart"), ("tablespoons", "teaspoons")])
+def test_co_hyponyms(a: str, b: str) -> None:
+    assert syn.co_hyponyms(a, b) and syn.co_hyponyms(b, a)
+
+
+@pytest.mark.parametrize(("a", "b"), [("street", "road"), ("car", "automobile"), ("dog", "dog"), ("quickly", "fast"), ("zzqx", "dog")])
+def test_not_co_hyponyms(a: str, b: str) -> None:
+    assert not syn.co_hyponyms(a, b)
