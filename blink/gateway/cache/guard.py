@@ -63,7 +63,10 @@ _NOT_POSSESSORS = frozenset("he she let here".split())
 # asker and are reworded freely ("how do I"/"how do you"), so only these are compared.
 _THIRD_PERSONS = {"he": "he", "him": "he", "his": "he", "himself": "he", "she": "she", "her": "she", "hers": "she",
                   "herself": "she", "they": "they", "them": "they", "their": "they", "theirs": "they"}  # fmt: skip
-_RAW_WORD = re.compile(r"[A-Za-z][A-Za-z]*")
+# A word as written; not the letters after an apostrophe ("CAN'T" is no entity "T").
+_RAW_WORD = re.compile(r"(?<!['’])\b[A-Za-z]+")
+# "45,000" (a thousands separator: three digits follow) vs "1,5" (a decimal comma).
+_THOUSANDS = re.compile(r",(?=\d{3}(?!\d))")
 
 _NUMBER_WORDS = {
     "zero": "0", "one": "1", "single": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
@@ -176,7 +179,7 @@ def _analyse(text: str) -> Features:
         if tok in _THIRD_PERSONS:
             critical["p:" + _THIRD_PERSONS[tok]] += 1
         if tok[0].isdigit():
-            critical["#" + tok.replace(",", "")] += 1
+            critical["#" + _THOUSANDS.sub("", tok).replace(",", ".")] += 1
         elif tok in "%£$€":
             critical[tok] += 1
         elif tok in _NUMBER_WORDS:
@@ -205,6 +208,8 @@ def _analyse(text: str) -> Features:
             surface.setdefault(_stem(tok), tok)
     entities = set()
     for sentence in re.split(r"[.!?]\s+|^", text):
+        if sentence.isupper():
+            continue  # written in capitals throughout: capitals say nothing about names
         words = _RAW_WORD.findall(sentence)
         # Capitalised time words (Monday, March) are compared, typos allowed, as time words.
         entities |= {w.lower() for w in words[1:] if w[0].isupper() and w != "I" and _stem(w.lower()) not in _TIME_WORDS}

@@ -289,3 +289,26 @@ def test_inflected_opposites_are_refused(a: str, b: str) -> None:
 )  # fmt: skip
 def test_another_kind_of_thing_is_refused_at_any_cosine(a: str, b: str) -> None:
     assert "another kind" in (explain(b, a, ABOVE_ALL_SLACK) or "")
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("Why can't I log in?", "WHY CAN'T I LOG IN?"),  # caps lock: no entity "T", no names at all
+     ("Can I fly to Paris?", "CAN I FLY TO PARIS?"),
+     ("Isn't it safe to swim?", "Is it not safe to swim?"),  # a negation contracted or not
+     ("Won't the bank refund me?", "Will the bank not refund me?"),
+     ("Is the 1.5l bottle allowed?", "Is the 1,5l bottle allowed?"),  # a decimal comma
+     ("Is £45,000 taxed?", "Is £45000 taxed?")],  # a thousands separator
+)  # fmt: skip
+def test_case_contractions_and_number_formats_are_rewordings(a: str, b: str) -> None:
+    assert explain(b, a, ABOVE_ALL_SLACK) is None and explain(a, b, ABOVE_ALL_SLACK) is None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("Why can't I log in?", "Why can I log in?"), ("Isn’t it safe to swim?", "Is it safe to swim?"),
+     ("Is £45,000 taxed?", "Is £4,5000 taxed?"), ("Does the 3.5mm jack fit?", "Does the 35mm jack fit?"),
+     ("HOW DO I GET TO PARIS?", "How do I get to London?")],
+)  # fmt: skip
+def test_negations_numbers_and_names_still_differ(a: str, b: str) -> None:
+    assert explain(b, a, ABOVE_ALL_SLACK) and explain(a, b, ABOVE_ALL_SLACK)
