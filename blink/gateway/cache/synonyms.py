@@ -126,21 +126,26 @@ def _senses(word: str) -> frozenset[int]:
 
 
 @lru_cache(maxsize=65536)
+def _pointers(synset: int) -> tuple[bool, list[tuple[str, int]]]:
+    """A synset's pointers, parsed once: many words share the synsets looked up for them."""
+    return _wordnet().pointers(synset)
+
+
+@lru_cache(maxsize=65536)
 def _opposites(word: str) -> frozenset[int]:
     """The synsets opposed to some sense of ``word``: direct antonyms, and for adjectives the
     antonyms of a satellite's head, each antonym head with its satellites."""
-    wn = _wordnet()
     out: set[int] = set()
     for sense in _senses(word):
-        satellite, ptrs = wn.pointers(sense)
+        satellite, ptrs = _pointers(sense)
         heads = [t for sym, t in ptrs if sym == "&"] if satellite else [sense]
         for head in heads:
-            for sym, target in wn.pointers(head)[1] if head != sense else ptrs:
+            for sym, target in _pointers(head)[1] if head != sense else ptrs:
                 if sym != "!":
                     continue
                 out.add(target)
                 if target % 4 == 2:  # an adjective head: its satellites are opposed too
-                    out.update(t for s, t in wn.pointers(target)[1] if s == "&")
+                    out.update(t for s, t in _pointers(target)[1] if s == "&")
     return frozenset(out)
 
 
@@ -153,9 +158,8 @@ def antonyms(a: str, b: str) -> bool:
 @lru_cache(maxsize=65536)
 def _noun_kinds(word: str) -> frozenset[int]:
     """The synsets one and two steps above the noun senses of ``word`` (what it is a kind of)."""
-    wn = _wordnet()
-    up = {t for sense in _wordnet().senses(word, ("noun",)) for sym, t in wn.pointers(sense)[1] if sym in ("@", "@i")}
-    return frozenset(up | {t for h in up for sym, t in wn.pointers(h)[1] if sym in ("@", "@i")})
+    up = {t for sense in _wordnet().senses(word, ("noun",)) for sym, t in _pointers(sense)[1] if sym in ("@", "@i")}
+    return frozenset(up | {t for h in up for sym, t in _pointers(h)[1] if sym in ("@", "@i")})
 
 
 def co_hyponyms(a: str, b: str) -> bool:
