@@ -45,7 +45,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from blink.gateway.cache.lexicon import is_word, look_alike, opposed, variant
+from blink.gateway.cache.lexicon import english, is_word, look_alike, opposed, variant
 from blink.gateway.cache.lexicon import stem as _stem
 from blink.gateway.cache.synonyms import antonyms, can_be_noun, co_hyponyms, synonyms
 
@@ -425,7 +425,7 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
             return f"names spelt alike: {only_a[0]!r} vs {only_b[0]!r}"
         # A word no dictionary knows, replaced by another that is not its typo: two names
         # ("cetirizine"/"loratadine", "kotlin"/"swift" written in lower case), not a rewording.
-        if params.wordnet and not (is_word(fa.surface.get(only_a[0], only_a[0])) and is_word(fb.surface.get(only_b[0], only_b[0]))):
+        if params.wordnet and not (english(fa.surface.get(only_a[0], only_a[0])) and english(fb.surface.get(only_b[0], only_b[0]))):
             return f"a name is replaced: {only_a[0]!r} vs {only_b[0]!r}"
         # "my son"/"my cat", "for beginners"/"for seniors": another kind of the same thing.
         if params.wordnet and co_hyponyms(fa.surface.get(only_a[0], only_a[0]), fb.surface.get(only_b[0], only_b[0])):

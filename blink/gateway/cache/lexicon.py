@@ -108,6 +108,19 @@ def is_word(word: str) -> bool:
     return is_wordnet_term(word)
 
 
+@lru_cache(maxsize=65536)
+def english(word: str) -> bool:
+    """An English word, or one derived from one by a suffix ("refundable", "resubmission" is not:
+    a prefix): what is neither is a name or a term of art."""
+    if is_word(word):
+        return True
+    for suffix in _SUFFIXES - {""}:
+        base = word[: -len(suffix)]
+        if word.endswith(suffix) and len(base) >= _MIN_STEM and (is_word(base) or is_word(base + "e")):
+            return True
+    return False
+
+
 def _spelling(word: str) -> str:
     for pattern, repl in _SPELLING:
         word = pattern.sub(repl, word)
