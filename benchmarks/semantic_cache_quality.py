@@ -271,7 +271,8 @@ def _summary(pairs: list[Pair], args: argparse.Namespace, margin: bool) -> str:
 # What ``guard.explain`` says, by the start of its reason: the rule that refused a pair.
 _RULES = (("numbers/negations", "numbers/negations/time"), ("direction", "direction"), ("order swapped", "order"),
           ("entities", "entities"), ("opposites", "opposites"), ("added word narrows", "narrowing word"),
-          ("a word narrowing", "narrowing word"), ("names spelt", "look-alike names"), ("content words", "2+ words"))  # fmt: skip
+          ("a word narrowing", "narrowing word"), ("names spelt", "look-alike names"), ("content words", "2+ words"),
+          ("unit of", "unit"), ("a name is", "name replaced"), ("another kind", "another kind"))  # fmt: skip
 
 
 def _why_missed(pairs: list[Pair], rows: list[dict[str, Any]], args: argparse.Namespace, wordnet: bool, margin: bool) -> None:
