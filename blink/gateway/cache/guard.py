@@ -176,8 +176,8 @@ def _analyse(text: str) -> Features:
     directions: list[tuple[str, str]] = []
     units: set[str] = set()
     for i, tok in enumerate(tokens):
-        if tok in _THIRD_PERSONS:
-            critical["p:" + _THIRD_PERSONS[tok]] += 1
+        if tok in _THIRD_PERSONS:  # who, not how often: "they ... their" is still them
+            critical["p:" + _THIRD_PERSONS[tok]] = 1
         if tok[0].isdigit():
             critical["#" + _THOUSANDS.sub("", tok).replace(",", ".")] += 1
         elif tok in "%£$€":

@@ -312,3 +312,7 @@ def test_case_contractions_and_number_formats_are_rewordings(a: str, b: str) -> 
 )  # fmt: skip
 def test_negations_numbers_and_names_still_differ(a: str, b: str) -> None:
     assert explain(b, a, ABOVE_ALL_SLACK) and explain(a, b, ABOVE_ALL_SLACK)
+
+
+def test_a_third_person_is_compared_by_who_not_how_often() -> None:
+    assert explain("Do they need passports?", "Do they need their passports?", ABOVE_ALL_SLACK) is None
