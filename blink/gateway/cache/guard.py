@@ -179,7 +179,8 @@ def _analyse(text: str) -> Features:
         if tok in _THIRD_PERSONS:  # who, not how often: "they ... their" is still them
             critical["p:" + _THIRD_PERSONS[tok]] = 1
         if tok[0].isdigit():
-            critical["#" + _THOUSANDS.sub("", tok).replace(",", ".")] += 1
+            # "8:45" and "8.45" are one time; a decimal comma is a decimal point.
+            critical["#" + _THOUSANDS.sub("", tok).replace(",", ".").replace(":", ".")] += 1
         elif tok in "%£$€":
             critical[tok] += 1
         elif tok in _NUMBER_WORDS:
@@ -337,11 +338,13 @@ def _pair_compounds(only_a: list[str], only_b: list[str], fa: Features, fb: Feat
     for x, y, side in ((only_a, only_b, fa), (only_b, only_a, fb)):
         for t1, t2 in zip(side.sequence, side.sequence[1:], strict=False):
             s1, s2 = _stem(t1), _stem(t2)
-            if s1 in x and s2 in x and s1 != s2:
+            # One part may be a stop word ("set up"/"setup"): the other must be left over.
+            if (s1 in x or s2 in x) and s1 != s2 and t1.isalpha() and t2.isalpha():
                 joined = next((w for w in y if _stem(t1 + t2) == w), None)
                 if joined is not None:
-                    x.remove(s1)
-                    x.remove(s2)
+                    for part in (s1, s2):
+                        if part in x:
+                            x.remove(part)
                     y.remove(joined)
 
 

@@ -255,7 +255,8 @@ def test_units_persons_and_possessors_allow_rewordings(a: str, b: str) -> None:
     ("a", "b"),
     [("How do I whitelist an email address?", "How do I whitelist an e-mail address?"),
      ("How do I register a trademark?", "How do I register a trade mark?"),
-     ("How do I back up a data base?", "How do I back up a database?")],
+     ("How do I back up a data base?", "How do I back up a database?"),
+     ("How do I set up a vpn?", "How do I setup a vpn?")],  # one part a stop word
 )  # fmt: skip
 def test_a_compound_written_in_two_words_is_one_word(a: str, b: str) -> None:
     assert explain(b, a, BELOW_ALL_SLACK) is None and explain(a, b, BELOW_ALL_SLACK) is None
@@ -298,7 +299,8 @@ def test_another_kind_of_thing_is_refused_at_any_cosine(a: str, b: str) -> None:
      ("Isn't it safe to swim?", "Is it not safe to swim?"),  # a negation contracted or not
      ("Won't the bank refund me?", "Will the bank not refund me?"),
      ("Is the 1.5l bottle allowed?", "Is the 1,5l bottle allowed?"),  # a decimal comma
-     ("Is £45,000 taxed?", "Is £45000 taxed?")],  # a thousands separator
+     ("Is £45,000 taxed?", "Is £45000 taxed?"),  # a thousands separator
+     ("When does the 8:45 bus leave?", "When does the 8.45 bus leave?")],  # two ways to write a time
 )  # fmt: skip
 def test_case_contractions_and_number_formats_are_rewordings(a: str, b: str) -> None:
     assert explain(b, a, ABOVE_ALL_SLACK) is None and explain(a, b, ABOVE_ALL_SLACK) is None
