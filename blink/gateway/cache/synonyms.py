@@ -11,15 +11,26 @@ project, Apache-2.0 code; WordNet licence: use, copy, modify and distribute with
 Only the index files are read (lemma -> synset offsets, ~6 MB), once, on first use or at
 ``warm()``; base forms are found as WordNet's own ``morphy`` does (exception lists, then suffix
 detachment), so "kids"/"children" and "cancelled"/"scrapped" are looked up as lemmas.
+
+Opposites come from the same database: WordNet's antonym pointers, read from the data files at
+the synsets' byte offsets (mapped, not parsed whole), so "won"/"lost", "allowed"/"forbidden" and
+"common"/"rare" are opposed by a general resource, not by a list of the pairs the guard was
+developed on. An adjective satellite ("rare") takes the antonyms of its cluster's head
+("uncommon" -> "common"), and an antonym head brings its satellites, as WordNet's indirect
+antonymy does.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import mmap
+import re
 from functools import lru_cache
 from pathlib import Path
 
 _POS = ("noun", "verb", "adj", "adv")
+_POS_OF_LETTER = {b"n": 0, b"v": 1, b"a": 2, b"s": 2, b"r": 3}
+_SYNSET_LINE = re.compile(rb"^(\d{8}) ", re.MULTILINE)
 # WordNet's morphy detachment rules, per part of speech: (suffix, replacement).
 _DETACH = {
     "noun": (("s", ""), ("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"), ("men", "man"), ("ies", "y")),
@@ -68,6 +79,30 @@ class _WordNet:
                     exc[form] = tuple(bases)
             self.exceptions[pos] = exc
 
+        # The data files, mapped, and where each synset's line starts (read only for antonyms).
+        # Its offset is its byte offset in Princeton's files, not in these (CRLF line ends).
+        self.data: list[mmap.mmap] = []
+        self.lines: list[dict[int, int]] = []
+        for pos in _POS:
+            with open(path / f"data.{pos}", "rb") as f:
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self.data.append(data)
+            self.lines.append({int(m.group(1)): m.start() for m in _SYNSET_LINE.finditer(data)})
+
+    def pointers(self, synset: int) -> tuple[bool, list[tuple[str, int]]]:
+        """Whether ``synset`` is an adjective satellite, and its (pointer symbol, synset id)s."""
+        data = self.data[synset % 4]
+        start = self.lines[synset % 4][synset // 4]
+        fields = data[start : data.find(b"\n", start)].split()
+        satellite = fields[2] == b"s"
+        n_words = int(fields[3], 16)
+        i = 4 + 2 * n_words
+        out = []
+        for k in range(int(fields[i])):
+            sym, off, pos = fields[i + 1 + 4 * k : i + 4 + 4 * k]
+            out.append((sym.decode(), int(off) * 4 + _POS_OF_LETTER[pos]))
+        return satellite, out
+
     def senses(self, word: str, parts: tuple[str, ...] = _POS) -> frozenset[int]:
         """Every synset of every base form of ``word`` (morphy: exceptions, then suffixes)."""
         out: set[int] = set()
@@ -88,6 +123,49 @@ def _wordnet() -> _WordNet:
 @lru_cache(maxsize=65536)
 def _senses(word: str) -> frozenset[int]:
     return _wordnet().senses(word)
+
+
+@lru_cache(maxsize=65536)
+def _pointers(synset: int) -> tuple[bool, list[tuple[str, int]]]:
+    """A synset's pointers, parsed once: many words share the synsets looked up for them."""
+    return _wordnet().pointers(synset)
+
+
+@lru_cache(maxsize=65536)
+def _opposites(word: str) -> frozenset[int]:
+    """The synsets opposed to some sense of ``word``: direct antonyms, and for adjectives the
+    antonyms of a satellite's head, each antonym head with its satellites."""
+    out: set[int] = set()
+    for sense in _senses(word):
+        satellite, ptrs = _pointers(sense)
+        heads = [t for sym, t in ptrs if sym == "&"] if satellite else [sense]
+        for head in heads:
+            for sym, target in _pointers(head)[1] if head != sense else ptrs:
+                if sym != "!":
+                    continue
+                out.add(target)
+                if target % 4 == 2:  # an adjective head: its satellites are opposed too
+                    out.update(t for s, t in _pointers(target)[1] if s == "&")
+    return frozenset(out)
+
+
+def antonyms(a: str, b: str) -> bool:
+    """Some sense of ``a`` is WordNet's antonym (direct, or through an adjective cluster) of some
+    sense of ``b``: "won"/"lost", "allowed"/"forbidden", "common"/"rare"."""
+    return a != b and bool(_opposites(a) & _senses(b) or _opposites(b) & _senses(a))
+
+
+@lru_cache(maxsize=65536)
+def _noun_kinds(word: str) -> frozenset[int]:
+    """The synsets one and two steps above the noun senses of ``word`` (what it is a kind of)."""
+    up = {t for sense in _wordnet().senses(word, ("noun",)) for sym, t in _pointers(sense)[1] if sym in ("@", "@i")}
+    return frozenset(up | {t for h in up for sym, t in _pointers(h)[1] if sym in ("@", "@i")})
+
+
+def co_hyponyms(a: str, b: str) -> bool:
+    """``a`` and ``b`` are nouns for two kinds of one thing ("puppy"/"kitten", "lunch"/"dinner",
+    "adult"/"child"): two different things of a category, not two names for one."""
+    return a != b and bool(_noun_kinds(a) & _noun_kinds(b)) and not synonyms(a, b)
 
 
 @lru_cache(maxsize=65536)

@@ -53,3 +53,15 @@ def test_look_alike_and_lemma_rules() -> None:
 
 def test_the_word_list_is_wordnet() -> None:
     assert is_word("warranty") and is_word("Australia") and not is_word("adress")
+
+
+def test_stem_undoubles_a_consonant_before_ed_and_ing() -> None:
+    assert [stem(w) for w in ("banned", "permitted", "stopping", "planned")] == ["ban", "permit", "stop", "plan"]
+    assert [stem(w) for w in ("called", "missed", "added", "buzzed", "seeing")] == ["call", "miss", "add", "buzz", "see"]
+
+
+def test_english_knows_derived_words_but_not_names() -> None:
+    from blink.gateway.cache.lexicon import english
+
+    assert english("refundable") and english("bookable") and english("deposit")
+    assert not english("cetirizine") and not english("kotlin") and not english("zzqx")

@@ -48,3 +48,30 @@ def test_a_guarded_cache_without_wordnet_refuses_to_start(monkeypatch: pytest.Mo
     with pytest.raises(syn.WordNetMissing):
         GuardedMatcher(embedder=object(), threshold=0.72)  # type: ignore[arg-type]
     GuardedMatcher(embedder=object(), threshold=0.72, guard=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("won", "lost"), ("allowed", "forbidden"), ("rare", "common"), ("widening", "narrowing"),  # inflected forms
+     ("legal", "illegal"), ("asleep", "awake"), ("shallow", "deep"), ("increased", "decreases")],
+)  # fmt: skip
+def test_antonyms(a: str, b: str) -> None:
+    assert syn.antonyms(a, b) and syn.antonyms(b, a)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("big", "large"), ("buy", "purchase"), ("rare", "rare"), ("dog", "cat"), ("zzqx", "big"), ("", "deep")],
+)  # fmt: skip
+def test_not_antonyms(a: str, b: str) -> None:
+    assert not syn.antonyms(a, b)
+
+
+@pytest.mark.parametrize(("a", "b"), [("puppy", "kitten"), ("lunch", "dinner"), ("pint", "quart"), ("tablespoons", "teaspoons")])
+def test_co_hyponyms(a: str, b: str) -> None:
+    assert syn.co_hyponyms(a, b) and syn.co_hyponyms(b, a)
+
+
+@pytest.mark.parametrize(("a", "b"), [("street", "road"), ("car", "automobile"), ("dog", "dog"), ("quickly", "fast"), ("zzqx", "dog")])
+def test_not_co_hyponyms(a: str, b: str) -> None:
+    assert not syn.co_hyponyms(a, b)
