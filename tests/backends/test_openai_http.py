@@ -195,10 +195,10 @@ async def test_health_and_models(up: FakeUpstream) -> None:
     await b.aclose()
 
 
-def _one_write_upstream(events: list[bytes]) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
-    """A raw HTTP/1.1 upstream that sends its whole SSE response in a single socket write."""
-    body = b"".join(b"data: " + e + b"\n\n" for e in events)
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n" % len(body)
+def _raw_upstream(content_type: bytes, body: bytes) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter],
+                                                                  Awaitable[None]]:
+    """A raw HTTP/1.1 upstream that sends its whole response in a single socket write."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n" % (content_type, len(body))
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -207,6 +207,11 @@ def _one_write_upstream(events: list[bytes]) -> Callable[[asyncio.StreamReader, 
         writer.close()
 
     return handle
+
+
+def _one_write_upstream(events: list[bytes]) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """An SSE upstream whose events all arrive in one read."""
+    return _raw_upstream(b"text/event-stream", b"".join(b"data: " + e + b"\n\n" for e in events))
 
 
 def _event(text: str, finish: str | None = None) -> bytes:
@@ -250,15 +255,7 @@ async def test_a_bad_event_after_good_ones_still_delivers_the_good_ones() -> Non
 
 def _whole_upstream(body: bytes) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
     """A raw upstream that ignores stream=true and answers one JSON body."""
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(head + body)
-        await writer.drain()
-        writer.close()
-
-    return handle
+    return _raw_upstream(b"application/json", body)
 
 
 @pytest.mark.parametrize(
