@@ -227,6 +227,19 @@ def build_app(settings: Settings) -> GatewayApp:
     )
 
 
+def configure_logging(log_level: str) -> None:
+    """Blink's records at ``log_level``; other libraries' from WARNING unless debugging.
+
+    The libraries Blink loads log their own progress at INFO on the root logger (onnxruntime's
+    graph optimiser alone wrote about a hundred lines at the semantic cache's first start), which
+    buried Blink's own start-up lines.
+    """
+    level = logging.DEBUG if log_level in ("debug", "trace") else logging.getLevelNamesMapping()[log_level.upper()]
+    logging.basicConfig()  # a stderr handler on the root logger, unless one is there already
+    logging.getLogger().setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))
+    logging.getLogger("blink").setLevel(level)
+
+
 def run(settings: Settings) -> None:
     """Serve until interrupted (uvicorn with uvloop and httptools, under Blink's HTTP limits)."""
     import uvicorn
@@ -234,7 +247,7 @@ def run(settings: Settings) -> None:
     from blink.gateway.http.guard import guarded_protocol
     from blink.obs.log_redaction import install_log_redaction
 
-    logging.basicConfig(level=settings.server.log_level.upper() if settings.server.log_level != "trace" else "DEBUG")
+    configure_logging(settings.server.log_level)
     app = build_app(settings)
     tune_gc()  # the process-wide GC settings (gc_tuning.py says why and what they save)
     config = uvicorn.Config(

@@ -35,3 +35,24 @@ def test_one_pass_wires_the_pipeline_and_the_router_counters() -> None:
     text = state.metrics.render().decode()
     assert 'blink_breaker_state{replica="a",route="auto",tier="t"}' in text
     assert 'blink_breaker_state{replica="b",route="auto",tier="t"}' in text
+
+
+def test_logging_keeps_blinks_info_and_quiets_other_libraries() -> None:
+    import logging
+
+    from blink.serve import configure_logging
+
+    root, blink_log = logging.getLogger(), logging.getLogger("blink")
+    saved = root.level, blink_log.level
+    try:
+        configure_logging("info")
+        assert logging.getLogger("blink.engine").isEnabledFor(logging.INFO)
+        assert not logging.getLogger("onnxruntime").isEnabledFor(logging.INFO)  # library chatter
+        assert logging.getLogger("onnxruntime").isEnabledFor(logging.WARNING)
+        configure_logging("debug")
+        assert logging.getLogger("some_library").isEnabledFor(logging.DEBUG)
+        configure_logging("error")
+        assert not logging.getLogger("blink.engine").isEnabledFor(logging.WARNING)
+    finally:
+        root.setLevel(saved[0])
+        blink_log.setLevel(saved[1])
