@@ -92,6 +92,7 @@ def test_keys_are_stored_hashed(keys_db: Path) -> None:
     store = ApiKeyStore(keys_db)
     key, secret = store.create("t")
     assert secret.startswith(f"bk-{key.key_id}-")
+    assert len(key.key_id) == 16 and int(key.key_id, 16) >= 0  # 64 random bits: the id is the primary key
     assert secret.encode() not in keys_db.read_bytes()
     assert store.lookup(secret) is not None and store.lookup(secret + "x") is None
 
