@@ -33,7 +33,7 @@ def vad() -> SileroVad:
 async def tiny_backend(tiny_qwen2: Path) -> AsyncIterator[EmbeddedBackend]:
     """The embedded engine on a tiny random model: real forward passes, gibberish text."""
     backend = EmbeddedBackend("tiny", EngineConfig(model=str(tiny_qwen2), dtype="float32", threads=1,
-                                                   max_model_len=512))
+                                                   max_model_len=2048))  # room for a 400-token answer after any turn
     await backend.start()
     try:
         yield backend
