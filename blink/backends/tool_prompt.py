@@ -13,6 +13,7 @@ output is then read with the Hermes parser (``tool_parsers.HermesParser``).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
@@ -27,8 +28,10 @@ _INSTRUCTIONS = ("</tools>\n\nFor each function call, return a json object with 
                  '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>')
 
 
+@functools.lru_cache(maxsize=8)
 def renders_tools(chat_template: str | None) -> bool:
-    """Whether the template itself renders ``tools`` or assistant ``tool_calls``."""
+    """Whether the template itself renders ``tools`` or assistant ``tool_calls``. Asked for every
+    chat request of a model whose template never changes: scanned once per template, not per request."""
     return bool(chat_template) and _RENDERS_TOOLS.search(chat_template or "") is not None
 
 
